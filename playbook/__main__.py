@@ -1,0 +1,5 @@
+import sys
+
+from playbook.cli import main
+
+sys.exit(main())

@@ -1,0 +1,184 @@
+"""Runs inside a child process that verify starts with the built wheel on its path.
+
+Deliberately standalone: it imports nothing from ``playbook`` and nothing before
+``llama_cpp`` (a segfault was seen when numpy was imported first), so that what it
+measures is the wheel alone. It prints one line ``PLAYBOOK_RESULT {json}`` at the end;
+llama.cpp's own log goes to stderr, which the parent archives and diagnoses.
+
+Usage: python child.py probe
+       python child.py bench MODEL NGL THREADS N_PROMPT N_GEN REPETITIONS
+       python child.py logits MODEL NGL THREADS N_POSITIONS OUT_FILE
+"""
+
+import ctypes
+import json
+import random
+import statistics
+import sys
+import time
+
+import llama_cpp  # noqa: E402  -- first import, on purpose
+
+RESULT_PREFIX = "PLAYBOOK_RESULT "
+
+
+def emit(result):
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def probe():
+    return {
+        "version": llama_cpp.__version__,
+        "module": llama_cpp.__file__,
+        "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace"),
+    }
+
+
+class Session:
+    """A model and a context loaded through the low-level API: the leanest path the binding offers."""
+
+    def __init__(self, model_path, n_gpu_layers, threads, n_ctx, n_batch):
+        llama_cpp.llama_backend_init()
+        started = time.perf_counter()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self.model = llama_cpp.llama_model_load_from_file(model_path.encode(), mparams)
+        if not self.model:
+            raise RuntimeError(f"llama_model_load_from_file failed for {model_path}")
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = min(n_batch, 512)
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            raise RuntimeError("llama_init_from_model failed")
+        self.load_s = time.perf_counter() - started
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_layer = llama_cpp.llama_model_n_layer(self.model)
+        self.bos = llama_cpp.llama_vocab_bos(self.vocab)
+        self.n_batch = n_batch
+        self.rng = random.Random(0)
+
+    def clear(self):
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
+
+    def random_tokens(self, n):
+        return [self.bos] + [self.rng.randrange(self.n_vocab) for _ in range(n - 1)]
+
+    def decode(self, tokens):
+        array = (llama_cpp.llama_token * len(tokens))(*tokens)
+        status = llama_cpp.llama_decode(self.ctx, llama_cpp.llama_batch_get_one(array, len(tokens)))
+        if status != 0:
+            raise RuntimeError(f"llama_decode returned {status}")
+
+    def prompt(self, n_prompt):
+        """As llama-bench's pp test: an empty cache, the prompt in batches of n_batch."""
+        self.clear()
+        tokens = self.random_tokens(n_prompt)
+        started = time.perf_counter()
+        for start in range(0, n_prompt, self.n_batch):
+            self.decode(tokens[start : start + self.n_batch])
+        llama_cpp.llama_synchronize(self.ctx)
+        return time.perf_counter() - started
+
+    def generate(self, n_gen):
+        """As llama-bench's tg test: an empty cache, then single-token decodes."""
+        self.clear()
+        token = self.bos
+        started = time.perf_counter()
+        for _ in range(n_gen):
+            self.decode([token])
+            llama_cpp.llama_synchronize(self.ctx)
+            token = self.rng.randrange(self.n_vocab)
+        return time.perf_counter() - started
+
+    def all_logits(self, tokens):
+        """Logits of every position of ``tokens`` decoded as one batch, as raw float32 bytes."""
+        self.clear()
+        n = len(tokens)
+        batch = llama_cpp.llama_batch_init(n, 0, 1)
+        try:
+            for i, token in enumerate(tokens):
+                batch.token[i] = token
+                batch.pos[i] = i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1
+            batch.n_tokens = n
+            status = llama_cpp.llama_decode(self.ctx, batch)
+            if status != 0:
+                raise RuntimeError(f"llama_decode returned {status}")
+            llama_cpp.llama_synchronize(self.ctx)
+            pointer = llama_cpp.llama_get_logits(self.ctx)
+            return ctypes.string_at(pointer, n * self.n_vocab * ctypes.sizeof(ctypes.c_float))
+        finally:
+            llama_cpp.llama_batch_free(batch)
+
+    def close(self):
+        llama_cpp.llama_free(self.ctx)
+        llama_cpp.llama_model_free(self.model)
+
+
+def summary(samples_s, tokens):
+    rates = [tokens / s for s in samples_s]
+    return {
+        "tokens_per_s_median": statistics.median(rates),
+        "tokens_per_s_mean": statistics.fmean(rates),
+        "tokens_per_s_stdev": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        "tokens_per_s_min": min(rates),
+        "tokens_per_s_max": max(rates),
+        "samples_s": samples_s,
+    }
+
+
+def bench(model_path, n_gpu_layers, threads, n_prompt, n_gen, repetitions):
+    session = Session(model_path, n_gpu_layers, threads, n_ctx=n_prompt + n_gen, n_batch=n_prompt)
+    session.prompt(n_prompt)  # warm-up, as llama-bench
+    session.generate(1)
+    pp = [session.prompt(n_prompt) for _ in range(repetitions)]
+    tg = [session.generate(n_gen) for _ in range(repetitions)]
+    result = {
+        "n_gpu_layers": n_gpu_layers,
+        "n_layer": session.n_layer,
+        "threads": threads,
+        "load_s": session.load_s,
+        "model_size_bytes": llama_cpp.llama_model_size(session.model),
+        "pp": {"n_tokens": n_prompt, **summary(pp, n_prompt)},
+        "tg": {"n_tokens": n_gen, **summary(tg, n_gen)},
+    }
+    session.close()
+    return result
+
+
+def logits(model_path, n_gpu_layers, threads, n_positions, out_file):
+    session = Session(model_path, n_gpu_layers, threads, n_ctx=max(n_positions, 64), n_batch=max(n_positions, 64))
+    tokens = session.random_tokens(n_positions)
+    data = session.all_logits(tokens)
+    with open(out_file, "wb") as handle:
+        handle.write(data)
+    result = {"n_gpu_layers": n_gpu_layers, "n_positions": n_positions, "n_vocab": session.n_vocab,
+              "n_layer": session.n_layer, "tokens": tokens}
+    session.close()
+    return result
+
+
+def main(argv):
+    mode = argv[1]
+    if mode == "probe":
+        emit(probe())
+    elif mode == "bench":
+        model, ngl, threads, n_prompt, n_gen, reps = argv[2], *map(int, argv[3:8])
+        emit(bench(model, ngl, threads, n_prompt, n_gen, reps))
+    elif mode == "logits":
+        emit(logits(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), argv[6]))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,113 @@
+"""``playbook``: run the chain, print a plan, diagnose a log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from playbook.errors import PlaybookError
+
+DESCRIPTION = """Build llama-cpp-python with GPU acceleration, reproducibly.
+
+commands:
+  run       detect → configure → build (⇄ repair) → verify, each step an executed notebook
+            in a new run folder under outputs/ (the build's provenance archive)
+  plan      detect this machine and print the build plan with its reasons; builds nothing
+  detect    print what this machine has (JSON)
+  diagnose  name the known failures in a build log, traceback or runtime output you already have
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="playbook", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run the whole chain headless with papermill")
+    _add_params_options(run)
+    run.add_argument("--output", type=Path, default=None, help="folder that receives the run folder (default: outputs/)")
+
+    plan = commands.add_parser("plan", help="print the build plan with its reasons; builds nothing")
+    _add_params_options(plan)
+
+    commands.add_parser("detect", help="print the detected facts as JSON")
+
+    diagnose = commands.add_parser("diagnose", help="name known failures in a log file")
+    diagnose.add_argument("path", type=Path, help="a build log, traceback or runtime output")
+    diagnose.add_argument("--json", action="store_true", help="print a JSON list of findings")
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        return COMMANDS[args.command](args)
+    except PlaybookError as error:
+        print(f"playbook: {error}", file=sys.stderr)
+        return 2
+
+
+def _add_params_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", type=Path, default=None, help="parameter file (default: params/default.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one parameter, e.g. --set model.shape=1b (repeatable)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from playbook.params import load_params
+    from playbook.runner import OUTPUT_ROOT, run_chain
+
+    params = load_params(args.params, args.overrides)
+    source = str(args.params or "params/default.yaml") + "".join(f" --set {o}" for o in args.overrides)
+    run = run_chain(params, source, args.output or OUTPUT_ROOT)
+    record = run.record()
+    print(f"run folder: {run.path}")
+    print(f"outcome: {record.outcome}")
+    print(record.message)
+    return 0 if record.outcome == "ok" else 1
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from playbook.detect import detect
+    from playbook.display import plan_summary
+    from playbook.params import load_params
+    from playbook.plan import configure
+
+    plan = configure(detect(), load_params(args.params, args.overrides))
+    print(plan_summary(plan))
+    print()
+    for decision in plan.decisions:
+        print(f"- {decision.what}: {decision.value}\n    because {decision.reason}")
+    return 0
+
+
+def _detect(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from playbook.detect import detect
+
+    print(json.dumps(dataclasses.asdict(detect()), indent=2))
+    return 0
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    from playbook.diagnose import diagnose_file
+
+    findings = diagnose_file(args.path)
+    if args.json:
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+        return 0
+    if not findings:
+        print(f"no known failure found in {args.path}")
+    for finding in findings:
+        print(f"[{finding.id}] {finding.title}")
+        print(f"  line {finding.line_number}: {finding.evidence}")
+        print(f"  fix{' (automatic in playbook run)' if finding.automatic else ''}: {finding.fix}\n")
+    return 0
+
+
+COMMANDS = {"run": _run, "plan": _plan, "detect": _detect, "diagnose": _diagnose}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Parameters: the one place that reads a parameter set (YAML file + ``--set`` overrides).
+
+A parameter set is a nested mapping mirrored by the dataclasses below. Loading checks
+every key and value and raises :class:`ParameterError` naming the key and the values it
+accepts, before anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from playbook.errors import ParameterError
+
+PARAMS_DIR = Path(__file__).resolve().parent.parent / "params"
+DEFAULT_PARAMS = PARAMS_DIR / "default.yaml"
+
+Backend = Literal["auto", "cuda", "cpu"]
+SourceKind = Literal["sdist", "path"]
+ModelShapeName = Literal["tiny", "1b", "7b"]
+QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
+
+
+@dataclass
+class SourceParams:
+    """Where the llama-cpp-python source comes from."""
+
+    kind: SourceKind = "sdist"
+    version: str = "0.3.36"
+    sha256: str = ""
+    # A local checkout, an unpacked source tree, an sdist file, or a folder holding the sdist.
+    path: str = ""
+    # Extra folder of wheels and sdists that pip may use instead of an index (offline machines).
+    find_links: str = ""
+
+
+@dataclass
+class CudaParams:
+    # "native": the detected GPU's compute capability; otherwise a CMake list such as "86;89;120".
+    architectures: str = "native"
+    # "auto" picks a toolkit from detection; otherwise the toolkit's root folder.
+    toolkit: str = "auto"
+
+
+@dataclass
+class BuildParams:
+    max_attempts: int = 3
+    timeout_s: int = 3600
+    # "auto" sizes parallel jobs from cores and free memory.
+    jobs: int | Literal["auto"] = "auto"
+    build_isolation: bool = False
+    cmake_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ModelParams:
+    # A user's own GGUF; empty means: write a synthetic one of ``shape`` and ``quant``.
+    path: str = ""
+    shape: ModelShapeName = "tiny"
+    quant: QuantName = "Q8_0"
+    seed: int = 0
+
+
+@dataclass
+class VerifyParams:
+    # Layer counts to sweep; empty means 0, a few steps between, and all layers.
+    n_gpu_layers: list[int] = field(default_factory=list)
+    sweep_points: int = 5
+    prompt_tokens: int = 512
+    gen_tokens: int = 128
+    repetitions: int = 3
+    threads: int | Literal["auto"] = "auto"
+    compare_positions: int = 256
+    timeout_s: int = 600
+
+
+@dataclass
+class Params:
+    backend: Backend = "auto"
+    source: SourceParams = field(default_factory=SourceParams)
+    cuda: CudaParams = field(default_factory=CudaParams)
+    build: BuildParams = field(default_factory=BuildParams)
+    model: ModelParams = field(default_factory=ModelParams)
+    verify: VerifyParams = field(default_factory=VerifyParams)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_params(path: Path | None = None, overrides: list[str] | None = None) -> Params:
+    """Read ``path`` (default: ``params/default.yaml``), apply ``KEY=VALUE`` overrides, validate."""
+    path = path or DEFAULT_PARAMS
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as err:
+        raise ParameterError(f"cannot read parameter file {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ParameterError(f"parameter file {path} is not valid YAML: {err}") from None
+    if not isinstance(document, dict):
+        raise ParameterError(f"parameter file {path} must hold a mapping of keys to values")
+    for override in overrides or []:
+        _apply_override(document, override)
+    params = params_from_dict(document)
+    check_params(params)
+    return params
+
+
+def params_from_dict(document: dict[str, Any]) -> Params:
+    return typing.cast(Params, _build(Params, document, prefix=""))
+
+
+def check_params(params: Params) -> None:
+    """Checks that need more than types: files that must exist, values that must be pinned."""
+    source = params.source
+    if source.kind == "sdist":
+        if not source.version or not _is_version(source.version):
+            raise ParameterError(
+                f"source.version {source.version!r} is not a llama-cpp-python version; "
+                "use a release such as 0.3.36 (see https://pypi.org/project/llama-cpp-python/#history)"
+            )
+        if len(source.sha256) != 64 or not all(c in "0123456789abcdef" for c in source.sha256.lower()):
+            raise ParameterError(
+                "source.sha256 must be the 64-hex-digit sha256 of the sdist for "
+                f"version {source.version} (PyPI lists it under 'Download files')"
+            )
+    if source.kind == "path" and not source.path:
+        raise ParameterError("source.path is required when source.kind is 'path': a checkout or an sdist")
+    if source.path and not Path(source.path).expanduser().exists():
+        raise ParameterError(f"source.path {source.path!r} does not exist; give a checkout, an sdist or its folder")
+    if source.find_links and not Path(source.find_links).expanduser().is_dir():
+        raise ParameterError(f"source.find_links {source.find_links!r} is not a folder")
+    if params.model.path and not Path(params.model.path).expanduser().is_file():
+        raise ParameterError(
+            f"model.path {params.model.path!r} is not a file; give a GGUF file, "
+            "or leave model.path empty to use a synthetic model"
+        )
+    if params.build.max_attempts < 1:
+        raise ParameterError("build.max_attempts must be at least 1")
+    if any(n < 0 for n in params.verify.n_gpu_layers):
+        raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
+    for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points"):
+        if getattr(params.verify, name) < 1:
+            raise ParameterError(f"verify.{name} must be at least 1")
+
+
+def _is_version(text: str) -> bool:
+    parts = text.split(".")
+    return len(parts) >= 2 and all(part.isdigit() for part in parts)
+
+
+def _apply_override(document: dict[str, Any], override: str) -> None:
+    key, sep, raw_value = override.partition("=")
+    if not sep or not key:
+        raise ParameterError(f"--set takes KEY=VALUE (e.g. model.shape=1b), got {override!r}")
+    node = document
+    *parents, leaf = key.split(".")
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ParameterError(f"--set {key}: {part!r} is not a group of parameters")
+        node = child
+    node[leaf] = yaml.safe_load(raw_value) if raw_value != "" else ""
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ParameterError(f"parameter {prefix.rstrip('.') or '(top)'} must be a group of keys")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise ParameterError(
+            f"unknown parameter '{prefix}{unknown[0]}'; accepted keys here: {', '.join(sorted(fields))}"
+        )
+    values = {name: _coerce(hints[name], value, f"{prefix}{name}") for name, value in data.items()}
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, key: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value or {}, prefix=f"{key}.")
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ParameterError(f"parameter {key} = {value!r}; accepted values: {', '.join(map(str, allowed))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(hint):
+            try:
+                return _coerce(option, value, key)
+            except ParameterError as err:
+                errors.append(str(err).split("; ", 1)[-1])
+        raise ParameterError(f"parameter {key} = {value!r} is not accepted; expected {' or '.join(errors)}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ParameterError(f"parameter {key} must be a list, got {value!r}")
+        (item_hint,) = typing.get_args(hint)
+        return [_coerce(item_hint, item, f"{key}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ParameterError(f"parameter {key} must be a mapping, got {value!r}")
+        return {str(k): str(v) for k, v in value.items()}
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ParameterError(f"parameter {key} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParameterError(f"parameter {key} must be an integer, got {value!r}")
+        return value
+    if hint is str:
+        if value is None:
+            return ""
+        if not isinstance(value, (str, int, float)):
+            raise ParameterError(f"parameter {key} must be text, got {value!r}")
+        return str(value)
+    raise TypeError(f"no coercion for {hint!r}")  # a programming error, not a user error

@@ -1,0 +1,120 @@
+"""Chain the step notebooks with papermill: detect → configure → build ⇄ repair → verify."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import papermill
+
+from playbook.build import BuildResult
+from playbook.errors import StepFailed
+from playbook.facts import read_facts
+from playbook.params import Params, load_params
+from playbook.provenance import RunFolder, RunRecord, StepRecord, utc_now
+from playbook.source import DEFAULT_CACHE
+from playbook.steps import BUILD_FILE, VERIFY_FILE, Diagnosis, fetch_source
+from playbook.verify import VerifyResult
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+STEP_NUMBERS = {"detect": 1, "configure": 2, "build": 3, "repair": 4, "verify": 5}
+OUTPUT_ROOT = Path(__file__).resolve().parent.parent / "outputs"
+
+log = logging.getLogger("playbook")
+
+
+def open_run(run_dir: str | Path = "", params_file: str | Path | None = None) -> RunFolder:
+    """The run folder a notebook works in; a new one (default parameters) when opened by hand."""
+    if run_dir:
+        return RunFolder(Path(run_dir))
+    params = load_params(Path(params_file) if params_file else None)
+    run = RunFolder.create(OUTPUT_ROOT, params, str(params_file or "params/default.yaml"))
+    print(f"new run folder: {run.path}")
+    return run
+
+
+def execute_step(run: RunFolder, step: str, attempt: int | None = None, **parameters: Any) -> StepRecord:
+    """Execute one step notebook into the run folder; a failing notebook is recorded, then raised."""
+    output = run.notebook(STEP_NUMBERS[step], step, attempt)
+    parameters = {"run_dir": str(run.path), "interactive": False, **({"attempt": attempt} if attempt else {}), **parameters}
+    started, clock = utc_now(), time.monotonic()
+    log.info("▶ %s%s → %s", step, f" (attempt {attempt})" if attempt else "", output.name)
+    record = StepRecord(step, output.name, "ok", started, 0.0, attempt or 1)
+    try:
+        papermill.execute_notebook(
+            str(NOTEBOOKS / f"{step}.ipynb"),
+            str(output),
+            parameters=parameters,
+            kernel_name="python3",
+            cwd=str(run.path),
+            log_output=True,
+            progress_bar=False,
+        )
+    except papermill.PapermillExecutionError as err:
+        record.outcome, record.message = "error", f"{err.ename}: {err.evalue}"
+    record.duration_s = round(time.monotonic() - clock, 2)
+    _append_step(run, record)
+    if record.outcome == "error":
+        raise StepFailed(f"step {step} raised {record.message}; see {output}")
+    return record
+
+
+def run_chain(params: Params, params_source: str, output_root: Path = OUTPUT_ROOT,
+              cache_dir: Path = DEFAULT_CACHE) -> RunFolder:
+    """The whole pipeline. Returns the run folder, whose run.json says how it ended."""
+    run = RunFolder.create(output_root, params, params_source)
+    log.info("run folder: %s", run.path)
+    try:
+        source = fetch_source(run, cache_dir)
+        log.info("source: %s (sha256 %s)", source.origin, source.sha256[:16] or "tree")
+        execute_step(run, "detect")
+        execute_step(run, "configure")
+        built = _build_until_ok(run, params.build.max_attempts)
+        execute_step(run, "verify")
+        verify = read_facts(VerifyResult, run.file(VERIFY_FILE))
+        _finish(run, "ok" if verify.ok else "verify-failed",
+                verify.summary if verify.ok else _findings_line(verify.findings, verify.summary))
+        log.info("wheel: %s", built.wheel.path if built.wheel else "none")
+    except StepFailed as failure:
+        _finish(run, "failed", str(failure))
+    except BaseException as error:
+        _finish(run, "failed", f"{type(error).__name__}: {error}")
+        raise
+    return run
+
+
+def _build_until_ok(run: RunFolder, max_attempts: int) -> BuildResult:
+    for attempt in range(1, max_attempts + 1):
+        execute_step(run, "build", attempt)
+        build = read_facts(BuildResult, run.file(BUILD_FILE))
+        if build.ok:
+            return build
+        execute_step(run, "repair", attempt)
+        diagnosis = read_facts(Diagnosis, run.attempt_file("diagnosis", attempt))
+        if not diagnosis.next_plan:
+            raise StepFailed(f"build attempt {attempt} failed: {diagnosis.message}")
+        log.info("repair: %s", diagnosis.message)
+    raise StepFailed(f"the build failed {max_attempts} times; see the repair notebooks")
+
+
+def _findings_line(findings: list[dict[str, Any]], summary: str) -> str:
+    if not findings:
+        return summary
+    return "; ".join(f"{f['id']}: {f['fix'] or f['evidence']}" for f in findings)
+
+
+def _append_step(run: RunFolder, step: StepRecord) -> None:
+    record = run.record()
+    record.steps.append(step)
+    run.save_record(record)
+    run.write_manifest()
+
+
+def _finish(run: RunFolder, outcome: str, message: str) -> None:
+    record: RunRecord = run.record()
+    record.outcome, record.message, record.finished = outcome, message, utc_now()
+    run.save_record(record)
+    run.write_manifest()
+    log.info("run %s: %s", outcome, message)

@@ -1,0 +1,109 @@
+"""Fetch and check the llama-cpp-python source: the pinned PyPI sdist, or a local checkout."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from playbook.errors import PlaybookError
+
+SDIST_NAME = "llama_cpp_python-{version}.tar.gz"
+DEFAULT_CACHE = Path(os.environ.get("LLAMA_PLAYBOOK_CACHE", Path.home() / ".cache" / "llama-cpp-playbook"))
+
+
+class SourceError(PlaybookError):
+    """The source cannot be fetched, or is not what the parameters pin."""
+
+
+@dataclass
+class SourceInfo:
+    kind: str  # "sdist" or "tree"
+    path: str
+    version: str
+    sha256: str  # of the sdist file; "" for a source tree
+    origin: str  # where it came from, in words
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def resolve_source(
+    version: str,
+    sha256: str,
+    path: str = "",
+    find_links: str = "",
+    cache_dir: Path = DEFAULT_CACHE,
+    python: str = sys.executable,
+) -> SourceInfo:
+    """A checked source ready for ``pip wheel``; downloads the sdist into ``cache_dir`` if needed."""
+    if path:
+        return _local_source(Path(path).expanduser().resolve(), version, sha256)
+    cached = cache_dir / "sdists" / SDIST_NAME.format(version=version)
+    if not cached.is_file():
+        _download_sdist(version, cached.parent, find_links, python)
+    return _checked_sdist(cached, version, sha256, origin=f"PyPI llama-cpp-python=={version}, cached at {cached}")
+
+
+def _local_source(path: Path, version: str, sha256: str) -> SourceInfo:
+    if path.is_dir() and (path / "pyproject.toml").is_file():
+        vendored = path / "vendor" / "llama.cpp" / "CMakeLists.txt"
+        if not vendored.is_file():
+            raise SourceError(
+                f"{path} has no vendor/llama.cpp sources: a git checkout needs its submodule; run "
+                f"`git -C {path} submodule update --init --recursive`"
+            )
+        return SourceInfo("tree", str(path), _tree_version(path), "", f"local source tree {path}")
+    if path.is_dir():
+        sdist = path / SDIST_NAME.format(version=version)
+        if not sdist.is_file():
+            found = sorted(p.name for p in path.glob("llama_cpp_python-*.tar.gz"))
+            raise SourceError(
+                f"{path} holds no {sdist.name}; found: {', '.join(found) or 'no sdist'}. "
+                "Set source.version to one of them or put the sdist there"
+            )
+        return _checked_sdist(sdist, version, sha256, origin=f"local folder {path}")
+    if path.is_file() and path.name.endswith(".tar.gz"):
+        return _checked_sdist(path, version, sha256 if sha256 else "", origin=f"local sdist {path}")
+    raise SourceError(f"source.path {path} is neither a source tree, an sdist, nor a folder holding one")
+
+
+def _checked_sdist(sdist: Path, version: str, sha256: str, origin: str) -> SourceInfo:
+    actual = sha256_of(sdist)
+    if sha256 and actual != sha256.lower():
+        raise SourceError(
+            f"sha256 of {sdist} is {actual}, but the parameters pin {sha256}: the file is not the pinned "
+            "release. Delete it to download it again, or correct source.sha256 if you meant another release"
+        )
+    return SourceInfo("sdist", str(sdist), version, actual, origin)
+
+
+def _download_sdist(version: str, dest: Path, find_links: str, python: str) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    args = [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest)]
+    if find_links:
+        args += ["--no-index", "--find-links", find_links]
+    args.append(f"llama-cpp-python=={version}")
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-5:] + proc.stderr.splitlines()[-5:])
+        if "No matching distribution" in tail or "from versions:" in tail:
+            raise SourceError(f"llama-cpp-python {version} is not a published version (pip said: {tail.strip()})")
+        raise SourceError(f"could not download llama-cpp-python {version}:\n{tail}")
+
+
+def _tree_version(path: Path) -> str:
+    init = path / "llama_cpp" / "__init__.py"
+    if init.is_file():
+        for line in init.read_text().splitlines():
+            if line.startswith("__version__"):
+                return line.split("=", 1)[1].strip().strip("\"'")
+    return "unknown"

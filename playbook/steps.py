@@ -1,0 +1,124 @@
+"""The five steps as functions over a run folder: what each notebook calls.
+
+Each step reads the facts the previous steps wrote and writes its own, so a notebook
+holds no logic and any step can be re-run from its files.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from playbook.build import BuildResult, ProgressCallback, run_build
+from playbook.detect import Facts, detect
+from playbook.diagnose import diagnose_file
+from playbook.facts import read_facts, write_facts
+from playbook.plan import BuildPlan, apply_remedies, configure
+from playbook.provenance import RunFolder
+from playbook.source import DEFAULT_CACHE, SourceInfo, resolve_source
+from playbook.verify import VerifyResult, run_verify
+
+DETECT_FILE = "detect.json"
+PLAN_FILE = "plan.json"
+BUILD_FILE = "build.json"
+DIAGNOSIS_FILE = "diagnosis.json"
+VERIFY_FILE = "verify.json"
+
+
+@dataclass
+class Diagnosis:
+    attempt: int
+    log_file: str
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    next_plan: str = ""  # file name of the patched plan, when a remedy was automatic
+    needs_person: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+def detect_step(run: RunFolder) -> Facts:
+    facts = detect()
+    write_facts(facts, run.file(DETECT_FILE))
+    return facts
+
+
+def configure_step(run: RunFolder) -> BuildPlan:
+    facts = read_facts(Facts, run.file(DETECT_FILE))
+    plan = configure(facts, run.params())
+    write_facts(plan, run.attempt_file("plan", plan.attempt))
+    write_facts(plan, run.file(PLAN_FILE))
+    return plan
+
+
+def fetch_source(run: RunFolder, cache_dir: Path = DEFAULT_CACHE) -> SourceInfo:
+    source = run.params().source
+    return resolve_source(source.version, source.sha256, source.path, source.find_links, cache_dir)
+
+
+def build_step(
+    run: RunFolder, attempt: int, on_progress: ProgressCallback | None = None, cache_dir: Path = DEFAULT_CACHE
+) -> BuildResult:
+    plan = read_facts(BuildPlan, run.attempt_file("plan", attempt))
+    source = fetch_source(run, cache_dir)
+    result = run_build(plan, source, run.path, sys.executable, run.params().build.timeout_s, on_progress)
+    write_facts(result, run.attempt_file("build", attempt))
+    write_facts(result, run.file(BUILD_FILE))
+    return result
+
+
+def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
+    """Diagnose attempt ``attempt``'s log; write the next attempt's plan when a remedy is automatic."""
+    build = read_facts(BuildResult, run.attempt_file("build", attempt))
+    plan = read_facts(BuildPlan, run.attempt_file("plan", attempt))
+    facts = read_facts(Facts, run.file(DETECT_FILE))
+    findings = diagnose_file(run.file(build.log_file), platform=_platform(facts), stage="any")
+    diagnosis = Diagnosis(attempt=attempt, log_file=build.log_file, findings=[f.to_dict() for f in findings])
+    next_plan = apply_remedies(plan, findings, facts)
+    max_attempts = run.params().build.max_attempts
+    if next_plan is not None and next_plan.attempt <= max_attempts:
+        write_facts(next_plan, run.attempt_file("plan", next_plan.attempt))
+        write_facts(next_plan, run.file(PLAN_FILE))
+        diagnosis.next_plan = run.attempt_file("plan", next_plan.attempt).name
+        diagnosis.message = (
+            f"applied {', '.join(next_plan.remedies_applied[len(plan.remedies_applied):])}; "
+            f"attempt {next_plan.attempt} of {max_attempts} will build with: {next_plan.cmake_args_string}"
+        )
+    diagnosis.needs_person = [f"{f.id}: {f.fix}" for f in findings if not f.automatic]
+    if not diagnosis.next_plan:
+        if not findings:
+            diagnosis.message = (
+                f"the build failed with no known failure in {build.log_file}; read its last lines, "
+                "then run `playbook diagnose` on it after a fix"
+            )
+        elif next_plan is not None:
+            diagnosis.message = f"a remedy exists, but build.max_attempts ({max_attempts}) is spent"
+        else:
+            diagnosis.message = "no automatic fix applies: " + " | ".join(diagnosis.needs_person)
+    write_facts(diagnosis, run.attempt_file("diagnosis", attempt))
+    write_facts(diagnosis, run.file(DIAGNOSIS_FILE))
+    return diagnosis
+
+
+def verify_step(run: RunFolder, cache_dir: Path = DEFAULT_CACHE, log: Any = print) -> VerifyResult:
+    build = read_facts(BuildResult, run.file(BUILD_FILE))
+    plan = read_facts(BuildPlan, run.attempt_file("plan", build.attempt))
+    if not build.ok or build.wheel is None:
+        raise RuntimeError(f"verify needs a built wheel; attempt {build.attempt} failed (see {build.log_file})")
+    result = run_verify(
+        run.path,
+        Path(build.wheel.path),
+        run.params(),
+        Path(build.source.path),
+        expect_gpu=plan.backend == "cuda",
+        cache_dir=cache_dir,
+        log=log,
+    )
+    write_facts(result, run.file(VERIFY_FILE))
+    return result
+
+
+def _platform(facts: Facts) -> str:
+    if facts.os.is_wsl:
+        return "wsl"
+    return {"Linux": "linux", "Windows": "windows", "Darwin": "macos"}.get(facts.os.system, "any")

@@ -1,0 +1,425 @@
+"""Verify: install the wheel in isolation, load a GGUF on the GPU, check it, measure it.
+
+Everything that touches ``llama_cpp`` runs in a child process (``playbook/child.py``) with a
+watchdog: a crash or a hang is recorded as a finding and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from playbook.diagnose import diagnose_text
+from playbook.errors import PlaybookError
+from playbook.params import ModelParams, Params
+from playbook.source import sha256_of
+
+CHILD_SCRIPT = Path(__file__).with_name("child.py")
+RESULT_PREFIX = "PLAYBOOK_RESULT "
+VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
+OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+@dataclass
+class ChildOutcome:
+    """What one child process did: ``status`` is ok, error, crash or hang."""
+
+    status: str
+    returncode: int | None
+    duration_s: float
+    log_file: str
+    result: dict[str, Any] | None = None
+    signal_name: str = ""
+    error_tail: str = ""
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    offloaded_layers: int | None = None
+    offloadable_layers: int | None = None
+
+
+@dataclass
+class Agreement:
+    positions: int
+    relative_error: float
+    top1_agreement: float
+    max_relative_error: float
+    min_top1_agreement: float
+    ok: bool
+
+
+@dataclass
+class SweepPoint:
+    n_gpu_layers: int
+    status: str
+    offloaded_layers: int | None = None
+    pp_tokens_per_s: float | None = None
+    pp_stdev: float | None = None
+    tg_tokens_per_s: float | None = None
+    tg_stdev: float | None = None
+    load_s: float | None = None
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    wheel: str
+    site_dir: str
+    probe: ChildOutcome
+    model_path: str
+    model: dict[str, Any]
+    threads: int
+    layer_counts: list[int]
+    points: list[SweepPoint] = field(default_factory=list)
+    agreement: Agreement | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    csv_file: str = ""
+    plot_files: list[str] = field(default_factory=list)
+    summary: str = ""
+
+
+def install_wheel(wheel: Path, site_dir: Path, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    """Install the wheel alone into ``site_dir`` (its dependencies come from the playbook's environment)."""
+    if site_dir.exists():
+        shutil.rmtree(site_dir)
+    args = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile", "--target", str(site_dir)]
+    return subprocess.run([*args, str(wheel)], capture_output=True, text=True)
+
+
+def child_env(site_dir: Path) -> dict[str, str]:
+    """The wheel's folder first; an inherited PYTHONPATH after it, since the wheel's own
+    dependencies (numpy, diskcache, jinja2) may live there on an offline machine."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir), os.environ.get("PYTHONPATH", "")]))
+    env["PYTHONNOUSERSITE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a segfault prints the Python stack to the archived log
+    return env
+
+
+def run_child(
+    args: list[str], site_dir: Path, log_file: Path, timeout_s: float, python: str = sys.executable, stage: str = "run"
+) -> ChildOutcome:
+    """Run ``child.py args`` from an empty folder; crash and hang become findings."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="playbook-child-") as clean_dir, log_file.open("w") as log:
+        log.write(f"playbook: {python} child.py {' '.join(args)}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            [python, str(CHILD_SCRIPT), *args],
+            cwd=clean_dir,
+            env=child_env(site_dir),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            stdout, _ = proc.communicate(timeout=timeout_s)
+            hung = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, _ = proc.communicate()
+            hung = True
+        duration = time.monotonic() - started
+        log.write(stdout)
+        if hung:
+            log.write(f"playbook: watchdog: no result within {timeout_s:.0f} s; the child was killed\n")
+        elif proc.returncode < 0:
+            log.write(f"playbook: child died by signal {signal.Signals(-proc.returncode).name}\n")
+    text = log_file.read_text(errors="replace")
+    result = _result_line(stdout)
+    offload = OFFLOAD_LINE.findall(text)
+    if hung:
+        status = "hang"
+    elif proc.returncode < 0:
+        status = "crash"
+    elif proc.returncode != 0 or result is None:
+        status = "error"
+    else:
+        status = "ok"
+    findings = [f.to_dict() for f in diagnose_text(text, stage="any")] if status != "ok" else []
+    return ChildOutcome(
+        status=status,
+        returncode=proc.returncode,
+        duration_s=round(duration, 2),
+        log_file=log_file.name,
+        result=result,
+        signal_name=signal.Signals(-proc.returncode).name if proc.returncode and proc.returncode < 0 else "",
+        error_tail="\n".join(text.strip().splitlines()[-15:]) if status != "ok" else "",
+        findings=findings,
+        offloaded_layers=int(offload[-1][0]) if offload else None,
+        offloadable_layers=int(offload[-1][1]) if offload else None,
+    )
+
+
+def _result_line(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX) :])
+    return None
+
+
+def layer_counts(n_layer: int, requested: list[int], gpu_offload: bool, points: int = 5) -> list[int]:
+    """0, a few steps between, and all layers (n_layer + 1 also moves the output layer to the GPU)."""
+    if not gpu_offload:
+        return [0]
+    if requested:
+        return sorted(set(requested))
+    full = n_layer + 1
+    steps = max(2, points)
+    return sorted({round(i * full / (steps - 1)) for i in range(steps)})
+
+
+@lru_cache(maxsize=1)
+def tolerances() -> dict[str, dict[str, float]]:
+    text = resources.files("playbook.knowledge").joinpath("tolerances.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)["tolerances"]
+
+
+def compare_logits(cpu_file: Path, gpu_file: Path, n_vocab: int, quant: str) -> Agreement:
+    import numpy as np  # the parent never loads llama_cpp, so numpy is safe here
+
+    cpu = np.fromfile(cpu_file, dtype=np.float32).reshape(-1, n_vocab).astype(np.float64)
+    gpu = np.fromfile(gpu_file, dtype=np.float32).reshape(-1, n_vocab).astype(np.float64)
+    rel = float(np.linalg.norm(gpu - cpu) / max(np.linalg.norm(cpu), 1e-30))
+    top1 = float(np.mean(cpu.argmax(axis=1) == gpu.argmax(axis=1)))
+    limits = tolerances().get(quant, tolerances()["default"])
+    ok = bool(np.isfinite(gpu).all()) and rel <= limits["relative_error"] and top1 >= limits["top1_agreement"]
+    return Agreement(cpu.shape[0], rel, top1, limits["relative_error"], limits["top1_agreement"], ok)
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def sweep_point(outcome: ChildOutcome, n_gpu_layers: int) -> SweepPoint:
+    point = SweepPoint(n_gpu_layers, outcome.status, outcome.offloaded_layers)
+    if outcome.result:
+        point.pp_tokens_per_s = outcome.result["pp"]["tokens_per_s_median"]
+        point.pp_stdev = outcome.result["pp"]["tokens_per_s_stdev"]
+        point.tg_tokens_per_s = outcome.result["tg"]["tokens_per_s_median"]
+        point.tg_stdev = outcome.result["tg"]["tokens_per_s_stdev"]
+        point.load_s = outcome.result["load_s"]
+    return point
+
+
+def write_sweep_csv(points: list[SweepPoint], path: Path) -> Path:
+    import csv
+    import dataclasses
+
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(SweepPoint)])
+        writer.writeheader()
+        for point in points:
+            writer.writerow(dataclasses.asdict(point))
+    return path
+
+
+def plot_throughput(points: list[SweepPoint], title: str, stem: Path) -> list[Path]:
+    """Tokens/s against offloaded layers, prompt processing and generation side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    good = [p for p in points if p.status == "ok"]
+    for ax, attr, label in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
+        xs = [p.n_gpu_layers for p in good]
+        ys = [getattr(p, f"{attr}_tokens_per_s") for p in good]
+        errs = [getattr(p, f"{attr}_stdev") for p in good]
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label="llama-cpp-python (low-level API)")
+        for bad in (p for p in points if p.status != "ok"):
+            ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
+            ax.annotate(bad.status, (bad.n_gpu_layers, 0), color="red", rotation=90, va="bottom")
+        ax.set_xlabel("layers offloaded to the GPU (n_gpu_layers)")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def vocab_from_source(source_path: Path, cache_dir: Path) -> Path:
+    """The llama-spm vocabulary GGUF shipped in the llama.cpp source: a tree, or inside the sdist."""
+    import tarfile
+
+    from playbook.model import find_vocab_gguf
+
+    if source_path.is_dir():
+        return find_vocab_gguf(source_path)
+    target = cache_dir / "vocab" / VOCAB_NAME
+    if not target.is_file():
+        with tarfile.open(source_path) as sdist:
+            member = next((m for m in sdist.getmembers() if m.name.endswith(f"vendor/llama.cpp/models/{VOCAB_NAME}")), None)
+            if member is None:
+                raise PlaybookError(f"{source_path} has no vendor/llama.cpp/models/{VOCAB_NAME}; set model.path")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            extracted = sdist.extractfile(member)
+            assert extracted is not None
+            target.write_bytes(extracted.read())
+    return target
+
+
+def prepare_model(model: ModelParams, source_path: Path, cache_dir: Path) -> Path:
+    """The user's GGUF, or a synthetic one written once per shape, quant and seed and then reused."""
+    from playbook.model import ModelSpec, write_synthetic_gguf
+
+    if model.path:
+        return Path(model.path).expanduser().resolve()
+    path = cache_dir / "models" / f"synthetic-llama-{model.shape}-{model.quant}-seed{model.seed}.gguf"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        write_synthetic_gguf(partial, ModelSpec(model.shape, model.quant, model.seed), vocab_from_source(source_path, cache_dir))
+        partial.replace(path)
+    return path
+
+
+def run_verify(
+    run_dir: Path,
+    wheel: Path,
+    params: Params,
+    source_path: Path,
+    expect_gpu: bool,
+    cache_dir: Path,
+    python: str = sys.executable,
+    log: Callable[[str], None] = print,
+) -> VerifyResult:
+    """The whole verify step; every problem ends up in ``findings``, nothing raises past a bad wheel."""
+    from playbook.model import describe_gguf
+
+    logs = run_dir / "verify-logs"
+    logs.mkdir(exist_ok=True)
+    site_dir = cache_dir / "site" / sha256_of(wheel)[:16]
+    threads = default_threads() if params.verify.threads == "auto" else int(params.verify.threads)
+    timeout = params.verify.timeout_s
+    findings: list[dict[str, Any]] = []
+
+    log(f"installing {wheel.name} alone into {site_dir}")
+    installed = install_wheel(wheel, site_dir, python)
+    (logs / "install.log").write_text(installed.stdout + installed.stderr)
+    probe = run_child(["probe"], site_dir, logs / "probe.log", timeout, python, stage="import")
+    model_path = prepare_model(params.model, source_path, cache_dir)
+    result = VerifyResult(False, wheel.name, str(site_dir), probe, str(model_path), {}, threads, [])
+    if probe.status != "ok":
+        result.findings = probe.findings or [_finding("process-crash" if probe.status == "crash" else "import-failed", probe.error_tail)]
+        result.summary = f"the wheel does not import: {probe.status}"
+        return result
+    if not Path(probe.result["module"]).resolve().is_relative_to(site_dir.resolve()):
+        findings.append(_finding("foreign-llama-cpp", f"llama_cpp imported from {probe.result['module']}"))
+    gpu_offload = bool(probe.result and probe.result["supports_gpu_offload"])
+    log(f"imported llama_cpp {probe.result['version']}; GPU offload supported: {gpu_offload}")
+    if expect_gpu and not gpu_offload:
+        findings.append(_finding("cpu-only-build", "llama_supports_gpu_offload() returned False"))
+
+    result.model = describe_gguf(model_path)
+    n_layer = int(result.model["n_layer"])
+    result.layer_counts = layer_counts(n_layer, params.verify.n_gpu_layers, gpu_offload, params.verify.sweep_points)
+    if gpu_offload:
+        result.agreement = _check_agreement(
+            model_path, n_layer, threads, params, site_dir, logs, timeout, python, findings, log
+        )
+
+    for ngl in result.layer_counts:
+        log(f"measuring n_gpu_layers={ngl}: pp{params.verify.prompt_tokens}, tg{params.verify.gen_tokens}, "
+            f"{params.verify.repetitions} repetitions, {threads} threads")
+        args = ["bench", str(model_path), str(ngl), str(threads), str(params.verify.prompt_tokens),
+                str(params.verify.gen_tokens), str(params.verify.repetitions)]
+        outcome = run_child(args, site_dir, logs / f"bench-ngl-{ngl}.log", timeout, python, stage="run")
+        point = sweep_point(outcome, ngl)
+        result.points.append(point)
+        findings += outcome.findings
+        log(f"  {point.status}: pp {point.pp_tokens_per_s or 0:.1f} t/s, tg {point.tg_tokens_per_s or 0:.1f} t/s, "
+            f"offloaded {point.offloaded_layers}")
+        if ngl == max(result.layer_counts) and expect_gpu and ngl > 0 and outcome.status == "ok" and not point.offloaded_layers:
+            findings.append(_finding("cpu-only-build", f"offloaded {point.offloaded_layers or 0}/{n_layer + 1} layers"))
+
+    result.csv_file = write_sweep_csv(result.points, run_dir / "throughput.csv").name
+    title = f"{model_path.name} · {probe.result['version']} · {threads} threads"
+    result.plot_files = [p.name for p in plot_throughput(result.points, title, run_dir / "throughput")]
+    result.findings = _unique(findings)
+    measured = [p for p in result.points if p.status == "ok"]
+    agreement_ok = result.agreement is None or result.agreement.ok
+    result.ok = bool(measured) and not result.findings and agreement_ok
+    result.summary = _summary(result, gpu_offload)
+    return result
+
+
+def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Params, site_dir: Path, logs: Path,
+                     timeout: float,
+                     python: str, findings: list[dict[str, Any]], log: Callable[[str], None]) -> Agreement | None:
+    positions = params.verify.compare_positions
+    with tempfile.TemporaryDirectory(prefix="playbook-logits-") as tmp:
+        outcomes = {}
+        for name, ngl in (("cpu", 0), ("gpu", n_layer + 1)):
+            out = Path(tmp) / f"{name}.f32"
+            args = ["logits", str(model_path), str(ngl), str(threads), str(positions), str(out)]
+            outcomes[name] = run_child(args, site_dir, logs / f"logits-{name}.log", timeout, python, stage="run")
+            findings += outcomes[name].findings
+        if any(o.status != "ok" for o in outcomes.values()):
+            log("logits comparison skipped: a child failed (see findings)")
+            return None
+        n_vocab = int(outcomes["gpu"].result["n_vocab"])
+        agreement = compare_logits(Path(tmp) / "cpu.f32", Path(tmp) / "gpu.f32", n_vocab, params.model.quant)
+    log(f"GPU vs CPU over {agreement.positions} positions: relative error {agreement.relative_error:.2e} "
+        f"(max {agreement.max_relative_error}), top-1 agreement {agreement.top1_agreement:.1%} "
+        f"(min {agreement.min_top1_agreement:.0%})")
+    if not agreement.ok:
+        findings.append(_finding("numeric-mismatch",
+                                 f"relative error {agreement.relative_error:.3g}, top-1 agreement {agreement.top1_agreement:.3f}"))
+    return agreement
+
+
+def _finding(failure_id: str, evidence: str) -> dict[str, Any]:
+    """A finding verify makes itself, described from the knowledge base when it knows the id."""
+    from playbook.diagnose import load_knowledge_base
+
+    try:
+        entry = load_knowledge_base().get(failure_id)
+        return {"id": entry.id, "title": entry.title, "evidence": evidence, "line_number": 0,
+                "cause": entry.cause, "fix": entry.fix, "automatic": entry.remedy is not None}
+    except KeyError:
+        return {"id": failure_id, "title": failure_id.replace("-", " "), "evidence": evidence, "line_number": 0,
+                "cause": "", "fix": "", "automatic": False}
+
+
+def _unique(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for finding in findings:
+        seen.setdefault(finding["id"], finding)
+    return list(seen.values())
+
+
+def _summary(result: VerifyResult, gpu_offload: bool) -> str:
+    ok_points = [p for p in result.points if p.status == "ok"]
+    if not ok_points:
+        return "no layer count could be measured: see findings"
+    best = max(ok_points, key=lambda p: p.tg_tokens_per_s or 0)
+    where = "GPU build" if gpu_offload else "CPU-only build"
+    return (f"{where}: best token generation {best.tg_tokens_per_s:.1f} t/s at n_gpu_layers={best.n_gpu_layers}; "
+            f"prompt processing {best.pp_tokens_per_s:.1f} t/s there")

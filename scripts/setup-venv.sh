@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create or refresh .venv with the playbook and its dependencies. Idempotent: re-installs only
+# when pyproject.toml changed since the last install. PYTHON picks the interpreter (default python3).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv"
+python="${PYTHON:-python3}"
+stamp="$venv/.playbook-installed"
+
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "playbook: needs Python 3.10 or newer; set PYTHON=/path/to/python3.x" >&2
+  exit 2
+fi
+if [ ! -x "$venv/bin/python" ]; then
+  echo "playbook: creating $venv with $("$python" --version)" >&2
+  "$python" -m venv "$venv"
+fi
+if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+  echo "playbook: installing dependencies into $venv (first time: a few minutes)" >&2
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet -e "$root[test]"
+  touch "$stamp"
+fi
