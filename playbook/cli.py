@@ -18,6 +18,7 @@ commands:
   plan      detect this machine and print the build plan with its reasons; builds nothing
   detect    print what this machine has (JSON)
   diagnose  name the known failures in a build log, traceback or runtime output you already have
+  bundle    write the wheels and the trimmed source that run needs on a machine without network
 """
 
 
@@ -38,6 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     diagnose = commands.add_parser("diagnose", help="name known failures in a log file")
     diagnose.add_argument("path", type=Path, help="a build log, traceback or runtime output")
     diagnose.add_argument("--json", action="store_true", help="print a JSON list of findings")
+
+    bundle = commands.add_parser("bundle", help="write the wheels and trimmed source a machine without network needs")
+    bundle.add_argument("dest", type=Path, help="folder that receives wheels/, source/, BUNDLE.json and README.txt")
+    bundle.add_argument("--python", dest="python_version", default="3.12", metavar="X.Y",
+                        help="the target's Python version (default: 3.12)")
+    bundle.add_argument("--platform", dest="platforms", action="append", default=None, metavar="TAG",
+                        help="a wheel platform tag the target accepts (repeatable; default: manylinux x86_64 tags)")
+    bundle.add_argument("--exclude-present", type=Path, default=None, metavar="FILE",
+                        help="distributions already installed there, one a line, e.g. params/present/gpu-machine.txt")
+    bundle.add_argument("--sdist", type=Path, default=None, metavar="PATH",
+                        help="llama-cpp-python sdist or unpacked tree (default: the pinned sdist, downloaded if needed)")
+    bundle.add_argument("--requirement", dest="requirements", action="append", default=None, metavar="SPEC",
+                        help="bundle these instead of the headless requirements (repeatable)")
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -107,7 +121,23 @@ def _diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "plan": _plan, "detect": _detect, "diagnose": _diagnose}
+def _bundle(args: argparse.Namespace) -> int:
+    from playbook.bundle import DEFAULT_PLATFORMS, make_bundle
+    from playbook.params import load_params
+    from playbook.source import resolve_source
+
+    sdist = args.sdist
+    if sdist is None:
+        source = load_params(None).source
+        sdist = Path(resolve_source(source.version, source.sha256, source.path, source.find_links).path)
+    made = make_bundle(args.dest, sdist, args.python_version, args.platforms or DEFAULT_PLATFORMS,
+                       args.requirements, args.exclude_present, log=lambda line: print(line, file=sys.stderr))
+    print(made.summary())
+    print(f"on the target, in the playbook's checkout:\n  {made.command}")
+    return 0
+
+
+COMMANDS = {"run": _run, "plan": _plan, "detect": _detect, "diagnose": _diagnose, "bundle": _bundle}
 
 if __name__ == "__main__":
     sys.exit(main())
