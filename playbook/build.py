@@ -135,7 +135,7 @@ def run_build(
             write(f"playbook: build stopped after {timeout_s:.0f} s (build.timeout_s)")
         write(f"playbook: pip exited with {exit_code} after {time.monotonic() - started:.1f} s")
 
-    new_wheels = sorted(set(p.name for p in wheel_dir.glob("llama_cpp_python-*.whl")) - before)
+    new_wheels = sorted({p.name for p in wheel_dir.glob("*.whl")} - before)
     wheel = None
     if exit_code == 0 and new_wheels:
         path = wheel_dir / new_wheels[-1]

@@ -7,7 +7,7 @@ llama.cpp's own log goes to stderr, which the parent archives and diagnoses.
 
 Usage: python child.py probe
        python child.py bench MODEL NGL THREADS N_PROMPT N_GEN REPETITIONS
-       python child.py logits MODEL NGL THREADS N_POSITIONS OUT_FILE
+       python child.py logits MODEL NGL THREADS N_POSITIONS OUT_FILE OP_OFFLOAD
 """
 
 import ctypes
@@ -39,7 +39,7 @@ def probe():
 class Session:
     """A model and a context loaded through the low-level API: the leanest path the binding offers."""
 
-    def __init__(self, model_path, n_gpu_layers, threads, n_ctx, n_batch):
+    def __init__(self, model_path, n_gpu_layers, threads, n_ctx, n_batch, op_offload=True):
         llama_cpp.llama_backend_init()
         started = time.perf_counter()
         mparams = llama_cpp.llama_model_default_params()
@@ -53,6 +53,9 @@ class Session:
         cparams.n_ubatch = min(n_batch, 512)
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        # With op offload on (llama.cpp's default), large batches run on the GPU even with
+        # n_gpu_layers=0: a CPU reference for logits must turn it off.
+        cparams.op_offload = op_offload
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise RuntimeError("llama_init_from_model failed")
@@ -155,14 +158,15 @@ def bench(model_path, n_gpu_layers, threads, n_prompt, n_gen, repetitions):
     return result
 
 
-def logits(model_path, n_gpu_layers, threads, n_positions, out_file):
-    session = Session(model_path, n_gpu_layers, threads, n_ctx=max(n_positions, 64), n_batch=max(n_positions, 64))
+def logits(model_path, n_gpu_layers, threads, n_positions, out_file, op_offload):
+    size = max(n_positions, 64)
+    session = Session(model_path, n_gpu_layers, threads, n_ctx=size, n_batch=size, op_offload=op_offload)
     tokens = session.random_tokens(n_positions)
     data = session.all_logits(tokens)
     with open(out_file, "wb") as handle:
         handle.write(data)
-    result = {"n_gpu_layers": n_gpu_layers, "n_positions": n_positions, "n_vocab": session.n_vocab,
-              "n_layer": session.n_layer, "tokens": tokens}
+    result = {"n_gpu_layers": n_gpu_layers, "op_offload": op_offload, "n_positions": n_positions,
+              "n_vocab": session.n_vocab, "n_layer": session.n_layer, "tokens": tokens}
     session.close()
     return result
 
@@ -175,7 +179,7 @@ def main(argv):
         model, ngl, threads, n_prompt, n_gen, reps = argv[2], *map(int, argv[3:8])
         emit(bench(model, ngl, threads, n_prompt, n_gen, reps))
     elif mode == "logits":
-        emit(logits(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), argv[6]))
+        emit(logits(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), argv[6], argv[7] == "1"))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -160,7 +160,7 @@ def diagnose_text(
 ) -> list[Finding]:
     """Every known failure found in ``text``, most specific first, each reported once."""
     knowledge = knowledge or load_knowledge_base()
-    lines = text.splitlines()
+    lines = text.split("\n")  # not splitlines(): a progress bar's lone \r must not shift line numbers
     findings: list[tuple[int, int, Finding]] = []
     for entry in knowledge.entries:
         if not _applies(entry.platforms, platform) or not _applies(entry.stages, stage):

@@ -282,8 +282,9 @@ def apply_remedies(
         decisions=list(plan.decisions),
         remedies_applied=list(plan.remedies_applied),
     )
+    known = set(knowledge.ids)
     for finding in findings:
-        remedy = knowledge.get(finding.id).remedy
+        remedy = knowledge.get(finding.id).remedy if finding.id in known else None
         if remedy is None:
             continue
         before = dataclasses.asdict(new)

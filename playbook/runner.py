@@ -15,7 +15,7 @@ from playbook.facts import read_facts
 from playbook.params import Params, load_params
 from playbook.provenance import RunFolder, RunRecord, StepRecord, utc_now
 from playbook.source import DEFAULT_CACHE
-from playbook.steps import BUILD_FILE, VERIFY_FILE, Diagnosis, fetch_source
+from playbook.steps import Diagnosis, fetch_source
 from playbook.verify import VerifyResult
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -71,12 +71,8 @@ def run_chain(params: Params, params_source: str, output_root: Path = OUTPUT_ROO
         log.info("source: %s (sha256 %s)", source.origin, source.sha256[:16] or "tree")
         execute_step(run, "detect")
         execute_step(run, "configure")
-        built = _build_until_ok(run, params.build.max_attempts)
-        execute_step(run, "verify")
-        verify = read_facts(VerifyResult, run.file(VERIFY_FILE))
-        _finish(run, "ok" if verify.ok else "verify-failed",
-                verify.summary if verify.ok else _findings_line(verify.findings, verify.summary))
-        log.info("wheel: %s", built.wheel.path if built.wheel else "none")
+        outcome, message = _attempts(run, params.build.max_attempts)
+        _finish(run, outcome, message)
     except StepFailed as failure:
         _finish(run, "failed", str(failure))
     except BaseException as error:
@@ -85,18 +81,27 @@ def run_chain(params: Params, params_source: str, output_root: Path = OUTPUT_ROO
     return run
 
 
-def _build_until_ok(run: RunFolder, max_attempts: int) -> BuildResult:
+def _attempts(run: RunFolder, max_attempts: int) -> tuple[str, str]:
+    """Build and verify; after a failure, repair and try again while a remedy applies."""
     for attempt in range(1, max_attempts + 1):
         execute_step(run, "build", attempt)
-        build = read_facts(BuildResult, run.file(BUILD_FILE))
+        build = read_facts(BuildResult, run.attempt_file("build", attempt))
         if build.ok:
-            return build
+            execute_step(run, "verify", attempt)
+            verify = read_facts(VerifyResult, run.attempt_file("verify", attempt))
+            if verify.ok:
+                return "ok", f"{verify.summary}; wheel {build.wheel.name if build.wheel else ''}"
+            failed = f"verify of attempt {attempt} failed: {_findings_line(verify.findings, verify.summary)}"
+        else:
+            failed = f"build attempt {attempt} failed"
+        if attempt == max_attempts:
+            return "failed", f"{failed}; build.max_attempts ({max_attempts}) spent"
         execute_step(run, "repair", attempt)
         diagnosis = read_facts(Diagnosis, run.attempt_file("diagnosis", attempt))
         if not diagnosis.next_plan:
-            raise StepFailed(f"build attempt {attempt} failed: {diagnosis.message}")
+            return "failed", f"{failed}: {diagnosis.message}"
         log.info("repair: %s", diagnosis.message)
-    raise StepFailed(f"the build failed {max_attempts} times; see the repair notebooks")
+    raise AssertionError("unreachable: the loop returns on its last attempt")
 
 
 def _findings_line(findings: list[dict[str, Any]], summary: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from playbook.build import BuildResult, ProgressCallback, run_build
 from playbook.detect import Facts, detect
-from playbook.diagnose import diagnose_file
+from playbook.diagnose import Finding, diagnose_file
 from playbook.facts import read_facts, write_facts
 from playbook.plan import BuildPlan, apply_remedies, configure
 from playbook.provenance import RunFolder
@@ -68,12 +68,19 @@ def build_step(
 
 
 def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
-    """Diagnose attempt ``attempt``'s log; write the next attempt's plan when a remedy is automatic."""
+    """Diagnose what failed in attempt ``attempt`` (its build, or the verify of its wheel) and write
+    the next attempt's plan when a remedy is automatic."""
     build = read_facts(BuildResult, run.attempt_file("build", attempt))
     plan = read_facts(BuildPlan, run.attempt_file("plan", attempt))
     facts = read_facts(Facts, run.file(DETECT_FILE))
-    findings = diagnose_file(run.file(build.log_file), platform=_platform(facts), stage="any")
-    diagnosis = Diagnosis(attempt=attempt, log_file=build.log_file, findings=[f.to_dict() for f in findings])
+    if build.ok:
+        verify = read_facts(VerifyResult, run.attempt_file("verify", attempt))
+        findings = [Finding(**finding) for finding in verify.findings]
+        evidence = f"verify-logs/attempt-{attempt}/"
+    else:
+        findings = diagnose_file(run.file(build.log_file), platform=_platform(facts), stage="any")
+        evidence = build.log_file
+    diagnosis = Diagnosis(attempt=attempt, log_file=evidence, findings=[f.to_dict() for f in findings])
     next_plan = apply_remedies(plan, findings, facts)
     max_attempts = run.params().build.max_attempts
     if next_plan is not None and next_plan.attempt <= max_attempts:
@@ -88,7 +95,7 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
     if not diagnosis.next_plan:
         if not findings:
             diagnosis.message = (
-                f"the build failed with no known failure in {build.log_file}; read its last lines, "
+                f"attempt {attempt} failed with no known failure in {evidence}; read its last lines, "
                 "then run `playbook diagnose` on it after a fix"
             )
         elif next_plan is not None:
@@ -100,8 +107,9 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
     return diagnosis
 
 
-def verify_step(run: RunFolder, cache_dir: Path = DEFAULT_CACHE, log: Any = print) -> VerifyResult:
-    build = read_facts(BuildResult, run.file(BUILD_FILE))
+def verify_step(run: RunFolder, attempt: int = 0, cache_dir: Path = DEFAULT_CACHE, log: Any = print) -> VerifyResult:
+    """Verify the wheel of build attempt ``attempt`` (0: the latest build)."""
+    build = read_facts(BuildResult, run.attempt_file("build", attempt) if attempt else run.file(BUILD_FILE))
     plan = read_facts(BuildPlan, run.attempt_file("plan", build.attempt))
     if not build.ok or build.wheel is None:
         raise RuntimeError(f"verify needs a built wheel; attempt {build.attempt} failed (see {build.log_file})")
@@ -112,8 +120,10 @@ def verify_step(run: RunFolder, cache_dir: Path = DEFAULT_CACHE, log: Any = prin
         Path(build.source.path),
         expect_gpu=plan.backend == "cuda",
         cache_dir=cache_dir,
+        attempt=build.attempt,
         log=log,
     )
+    write_facts(result, run.attempt_file("verify", build.attempt))
     write_facts(result, run.file(VERIFY_FILE))
     return result
 

@@ -111,15 +111,20 @@ def child_env(site_dir: Path) -> dict[str, str]:
 
 
 def run_child(
-    args: list[str], site_dir: Path, log_file: Path, timeout_s: float, python: str = sys.executable, stage: str = "run"
+    args: list[str],
+    site_dir: Path,
+    log_file: Path,
+    timeout_s: float,
+    python: str = sys.executable,
+    script: Path = CHILD_SCRIPT,
 ) -> ChildOutcome:
-    """Run ``child.py args`` from an empty folder; crash and hang become findings."""
+    """Run ``script args`` from an empty folder; a crash or a hang becomes a finding."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="playbook-child-") as clean_dir, log_file.open("w") as log:
-        log.write(f"playbook: {python} child.py {' '.join(args)}\n")
+        log.write(f"playbook: {python} {script.name} {' '.join(args)}\n")
         log.flush()
         proc = subprocess.Popen(
-            [python, str(CHILD_SCRIPT), *args],
+            [python, str(script), *args],
             cwd=clean_dir,
             env=child_env(site_dir),
             stdout=subprocess.PIPE,
@@ -136,6 +141,7 @@ def run_child(
             hung = True
         duration = time.monotonic() - started
         log.write(stdout)
+        log.write("\n")  # a crashing child leaves its last stderr line unterminated
         if hung:
             log.write(f"playbook: watchdog: no result within {timeout_s:.0f} s; the child was killed\n")
         elif proc.returncode < 0:
@@ -307,14 +313,16 @@ def run_verify(
     source_path: Path,
     expect_gpu: bool,
     cache_dir: Path,
+    attempt: int = 1,
     python: str = sys.executable,
     log: Callable[[str], None] = print,
 ) -> VerifyResult:
-    """The whole verify step; every problem ends up in ``findings``, nothing raises past a bad wheel."""
+    """The whole verify step; every problem ends up in ``findings``, nothing raises past a bad wheel.
+    Its files carry the build attempt in their names, so a retry never overwrites them."""
     from playbook.model import describe_gguf
 
-    logs = run_dir / "verify-logs"
-    logs.mkdir(exist_ok=True)
+    logs = run_dir / "verify-logs" / f"attempt-{attempt}"
+    logs.mkdir(parents=True, exist_ok=True)
     site_dir = cache_dir / "site" / sha256_of(wheel)[:16]
     threads = default_threads() if params.verify.threads == "auto" else int(params.verify.threads)
     timeout = params.verify.timeout_s
@@ -323,7 +331,7 @@ def run_verify(
     log(f"installing {wheel.name} alone into {site_dir}")
     installed = install_wheel(wheel, site_dir, python)
     (logs / "install.log").write_text(installed.stdout + installed.stderr)
-    probe = run_child(["probe"], site_dir, logs / "probe.log", timeout, python, stage="import")
+    probe = run_child(["probe"], site_dir, logs / "probe.log", timeout, python)
     model_path = prepare_model(params.model, source_path, cache_dir)
     result = VerifyResult(False, wheel.name, str(site_dir), probe, str(model_path), {}, threads, [])
     if probe.status != "ok":
@@ -331,7 +339,9 @@ def run_verify(
         result.summary = f"the wheel does not import: {probe.status}"
         return result
     if not Path(probe.result["module"]).resolve().is_relative_to(site_dir.resolve()):
-        findings.append(_finding("foreign-llama-cpp", f"llama_cpp imported from {probe.result['module']}"))
+        line = f"playbook: llama_cpp imported from outside the wheel: {probe.result['module']} (expected under {site_dir})"
+        _append_line(logs / "probe.log", line)
+        findings.append(_finding("foreign-llama-cpp", line))
     gpu_offload = bool(probe.result and probe.result["supports_gpu_offload"])
     log(f"imported llama_cpp {probe.result['version']}; GPU offload supported: {gpu_offload}")
     if expect_gpu and not gpu_offload:
@@ -350,7 +360,7 @@ def run_verify(
             f"{params.verify.repetitions} repetitions, {threads} threads")
         args = ["bench", str(model_path), str(ngl), str(threads), str(params.verify.prompt_tokens),
                 str(params.verify.gen_tokens), str(params.verify.repetitions)]
-        outcome = run_child(args, site_dir, logs / f"bench-ngl-{ngl}.log", timeout, python, stage="run")
+        outcome = run_child(args, site_dir, logs / f"bench-ngl-{ngl}.log", timeout, python)
         point = sweep_point(outcome, ngl)
         result.points.append(point)
         findings += outcome.findings
@@ -359,9 +369,10 @@ def run_verify(
         if ngl == max(result.layer_counts) and expect_gpu and ngl > 0 and outcome.status == "ok" and not point.offloaded_layers:
             findings.append(_finding("cpu-only-build", f"offloaded {point.offloaded_layers or 0}/{n_layer + 1} layers"))
 
-    result.csv_file = write_sweep_csv(result.points, run_dir / "throughput.csv").name
-    title = f"{model_path.name} · {probe.result['version']} · {threads} threads"
-    result.plot_files = [p.name for p in plot_throughput(result.points, title, run_dir / "throughput")]
+    result.csv_file = write_sweep_csv(result.points, run_dir / f"throughput-attempt-{attempt}.csv").name
+    title = f"{model_path.name} · llama-cpp-python {probe.result['version']} · {threads} threads"
+    stem = run_dir / f"throughput-attempt-{attempt}"
+    result.plot_files = [p.name for p in plot_throughput(result.points, title, stem)]
     result.findings = _unique(findings)
     measured = [p for p in result.points if p.status == "ok"]
     agreement_ok = result.agreement is None or result.agreement.ok
@@ -376,10 +387,10 @@ def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Param
     positions = params.verify.compare_positions
     with tempfile.TemporaryDirectory(prefix="playbook-logits-") as tmp:
         outcomes = {}
-        for name, ngl in (("cpu", 0), ("gpu", n_layer + 1)):
+        for name, ngl, op_offload in (("cpu", 0, "0"), ("gpu", n_layer + 1, "1")):
             out = Path(tmp) / f"{name}.f32"
-            args = ["logits", str(model_path), str(ngl), str(threads), str(positions), str(out)]
-            outcomes[name] = run_child(args, site_dir, logs / f"logits-{name}.log", timeout, python, stage="run")
+            args = ["logits", str(model_path), str(ngl), str(threads), str(positions), str(out), op_offload]
+            outcomes[name] = run_child(args, site_dir, logs / f"logits-{name}.log", timeout, python)
             findings += outcomes[name].findings
         if any(o.status != "ok" for o in outcomes.values()):
             log("logits comparison skipped: a child failed (see findings)")
@@ -390,9 +401,17 @@ def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Param
         f"(max {agreement.max_relative_error}), top-1 agreement {agreement.top1_agreement:.1%} "
         f"(min {agreement.min_top1_agreement:.0%})")
     if not agreement.ok:
-        findings.append(_finding("numeric-mismatch",
-                                 f"relative error {agreement.relative_error:.3g}, top-1 agreement {agreement.top1_agreement:.3f}"))
+        line = (f"playbook: numeric mismatch: relative error {agreement.relative_error:.3g} "
+                f"(at most {agreement.max_relative_error} for {params.model.quant}), top-1 agreement "
+                f"{agreement.top1_agreement:.3f} (at least {agreement.min_top1_agreement}) over {agreement.positions} positions")
+        _append_line(logs / "logits-gpu.log", line)
+        findings.append(_finding("numeric-mismatch", line))
     return agreement
+
+
+def _append_line(log_file: Path, line: str) -> None:
+    with log_file.open("a") as log:
+        log.write(line + "\n")
 
 
 def _finding(failure_id: str, evidence: str) -> dict[str, Any]:
