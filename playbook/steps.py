@@ -6,6 +6,7 @@ holds no logic and any step can be re-run from its files.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +61,10 @@ def build_step(
     run: RunFolder, attempt: int, on_progress: ProgressCallback | None = None, cache_dir: Path = DEFAULT_CACHE
 ) -> BuildResult:
     plan = read_facts(BuildPlan, run.attempt_file("plan", attempt))
+    facts = read_facts(Facts, run.file(DETECT_FILE))
     source = fetch_source(run, cache_dir)
-    result = run_build(plan, source, run.path, sys.executable, run.params().build.timeout_s, on_progress)
+    result = run_build(plan, source, run.path, cache_dir, toolchain(facts, plan), sys.executable,
+                       run.params().build.timeout_s, on_progress)
     write_facts(result, run.attempt_file("build", attempt))
     write_facts(result, run.file(BUILD_FILE))
     return result
@@ -126,6 +129,13 @@ def verify_step(run: RunFolder, attempt: int = 0, cache_dir: Path = DEFAULT_CACH
     write_facts(result, run.attempt_file("verify", build.attempt))
     write_facts(result, run.file(VERIFY_FILE))
     return result
+
+
+def toolchain(facts: Facts, plan: BuildPlan) -> dict[str, str]:
+    """The tool versions that go into the wheel's fingerprint."""
+    compilers = {t.name: t.version for t in facts.compilers if t.found}
+    nvcc = next((t.version for t in facts.cuda_toolkits if t.root == plan.cuda_toolkit), "")
+    return {"compilers": json.dumps(compilers, sort_keys=True), "nvcc": nvcc, "cmake": facts.cmake.version}
 
 
 def _platform(facts: Facts) -> str:

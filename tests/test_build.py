@@ -41,7 +41,7 @@ def python_without_backend(tmp_path_factory) -> str:
 def test_command_is_an_argument_list(this_machine, tmp_path):
     plan = configure(this_machine, load_params(None, ["backend=cpu"]))
     source = tiny_source(tmp_path)
-    command = pip_wheel_command(plan, source, tmp_path / "wheels", "python3")
+    command = pip_wheel_command(plan, Path(source.path), tmp_path / "wheels", "python3")
     assert command[:4] == ["python3", "-m", "pip", "wheel"]
     assert "--no-build-isolation" in command and command[-1] == source.path
 
@@ -50,7 +50,8 @@ def test_missing_backend_is_recorded_diagnosed_and_repaired(this_machine, tmp_pa
     plan = configure(this_machine, load_params(None, ["backend=cpu"]))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    result = run_build(plan, tiny_source(tmp_path), run_dir, python=python_without_backend, timeout_s=300)
+    result = run_build(plan, tiny_source(tmp_path), run_dir, tmp_path / "cache", python=python_without_backend,
+                       timeout_s=300)
     assert not result.ok and result.exit_code != 0 and result.wheel is None
     log = run_dir / result.log_file
     assert "CMAKE_ARGS=-DGGML_CUDA=off" in log.read_text()

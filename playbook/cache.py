@@ -1,0 +1,137 @@
+"""Build caches: a stable source tree, a compiler cache (ccache) and a wheel cache by fingerprint.
+
+All three live under one cache folder (``LLAMA_PLAYBOOK_CACHE``, default
+``~/.cache/llama-cpp-playbook``):
+
+- ``src/<sha>/``: the sdist unpacked once, so every build compiles the same paths;
+- ``build/<fingerprint>/``: scikit-build-core's build folder for one configuration;
+- ``ccache/``: ccache's store. ``CCACHE_BASEDIR`` is the cache folder, and every build
+  folder sits at the same depth under it, so a changed flag in one configuration still
+  hits the objects it does not change;
+- ``wheels/<fingerprint>/``: the finished wheel, reused when everything that determines it is equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from playbook.source import SourceInfo
+
+# CMake arguments and variables that change how fast a build goes, never what it produces.
+NOT_IN_FINGERPRINT = re.compile(r"^-D(CMAKE_\w+_COMPILER_LAUNCHER|GGML_CCACHE)=")
+
+
+@dataclass
+class CcacheStats:
+    hits: int = 0
+    misses: int = 0
+    uncacheable: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+def stable_tree(source: SourceInfo, cache_dir: Path) -> Path:
+    """The source as a folder at a path that does not change between builds of the same source."""
+    if source.kind == "tree":
+        return Path(source.path)
+    target = cache_dir / "src" / source.sha256[:16]
+    done = target / ".unpacked"
+    if not done.is_file():
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        with tarfile.open(source.path) as sdist:
+            sdist.extractall(target, filter="data")
+        done.touch()
+    (tree,) = [p for p in target.iterdir() if p.is_dir()]
+    return tree
+
+
+def fingerprint(source: SourceInfo, cmake_args: list[str], env: dict[str, str], toolchain: dict[str, Any]) -> str:
+    """sha256 over everything that determines the wheel: source, CMake arguments, build
+    environment, toolkit and compilers, Python tag and platform."""
+    identity = {
+        "source": source.sha256 or tree_digest(Path(source.path)),
+        "cmake_args": [arg for arg in cmake_args if not NOT_IN_FINGERPRINT.match(arg)],
+        "env": {k: v for k, v in sorted(env.items()) if not k.startswith("CCACHE_")},
+        "toolchain": toolchain,
+        "python": f"{sys.implementation.name}{sys.version_info.major}{sys.version_info.minor}",
+        "platform": sysconfig.get_platform(),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def tree_digest(tree: Path) -> str:
+    """A cheap digest of a source tree: every file's path, size and modification time."""
+    digest = hashlib.sha256()
+    for path in sorted(tree.rglob("*")):
+        if path.is_file() and ".git" not in path.parts and "__pycache__" not in path.parts:
+            stat = path.stat()
+            digest.update(f"{path.relative_to(tree)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def cached_wheel(cache_dir: Path, key: str) -> Path | None:
+    wheels = sorted((cache_dir / "wheels" / key).glob("*.whl"))
+    return wheels[-1] if wheels else None
+
+
+def store_wheel(cache_dir: Path, key: str, wheel: Path) -> Path:
+    folder = cache_dir / "wheels" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    stored = folder / wheel.name
+    shutil.copy2(wheel, stored)
+    return stored
+
+
+def build_dir(cache_dir: Path, key: str) -> Path:
+    return cache_dir / "build" / key[:16]
+
+
+def ccache_env(cache_dir: Path) -> dict[str, str]:
+    return {
+        "CCACHE_DIR": str(cache_dir / "ccache"),
+        "CCACHE_BASEDIR": str(cache_dir.resolve()),
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_MAXSIZE": "5G",
+    }
+
+
+def launcher_args(ccache: str) -> list[str]:
+    """CMake arguments that put ccache in front of the C, C++ and CUDA compilers."""
+    return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX", "CUDA")] + ["-DGGML_CCACHE=OFF"]
+
+
+def zero_ccache_stats(ccache: str, env: dict[str, str]) -> None:
+    subprocess.run([ccache, "--zero-stats"], env=env, capture_output=True)
+
+
+def read_ccache_stats(ccache: str, env: dict[str, str]) -> CcacheStats:
+    out = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True).stdout
+    return parse_ccache_stats(out)
+
+
+def parse_ccache_stats(text: str) -> CcacheStats:
+    """``ccache --print-stats`` (tab-separated key and value, ccache 4.x)."""
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            values[key.strip()] = int(value)
+    hits = values.get("direct_cache_hit", 0) + values.get("preprocessed_cache_hit", 0)
+    uncacheable = sum(v for k, v in values.items() if k in ("could_not_use_modules", "unsupported_compiler_option",
+                                                              "compiler_check_failed", "no_input_file"))
+    return CcacheStats(hits=hits, misses=values.get("cache_miss", 0), uncacheable=uncacheable)
