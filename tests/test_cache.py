@@ -43,6 +43,11 @@ def test_fingerprint_follows_what_determines_the_wheel(tmp_path):
     assert base == fingerprint(source, ["-DGGML_CUDA=on", *launcher_args("/usr/bin/ccache")], {}, {"nvcc": "13.0.88"})
     assert base != fingerprint(source, ["-DGGML_CUDA=on", "-DGGML_NATIVE=OFF"], {}, {"nvcc": "13.0.88"})
     assert base != fingerprint(source, ["-DGGML_CUDA=on"], {}, {"nvcc": "12.4.131"})
+    # a remedy that re-sets a variable at the end gives the same wheel as a plan that had it from the start
+    arch_first = fingerprint(source, ["-DCMAKE_CUDA_ARCHITECTURES=90", "-DGGML_CUDA=on"], {}, {})
+    arch_fixed = fingerprint(source, ["-DCMAKE_CUDA_ARCHITECTURES=80-real", "-DGGML_CUDA=on",
+                                      "-DCMAKE_CUDA_ARCHITECTURES=90"], {}, {})
+    assert arch_first == arch_fixed
     assert base != fingerprint(dataclasses.replace(source, sha256="b" * 64), ["-DGGML_CUDA=on"], {}, {"nvcc": "13.0.88"})
 
 
