@@ -23,6 +23,7 @@ from playbook.cache import (
     ccache_env,
     fingerprint,
     read_ccache_stats,
+    remove_stale_libraries,
     stable_tree,
     store_wheel,
     zero_ccache_stats,
@@ -107,7 +108,8 @@ def run_build(
     fingerprint left in the wheel cache); the full log goes to ``build-attempt-N.log``."""
     base_env = dict(os.environ if environ is None else environ)
     secrets = secret_values(base_env)
-    wheel_dir = run_dir / "wheelhouse"
+    # One folder per attempt: every attempt builds a wheel of the same file name.
+    wheel_dir = run_dir / "wheelhouse" / f"attempt-{plan.attempt}"
     wheel_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / f"build-attempt-{plan.attempt}.log"
     started = time.monotonic()
@@ -147,6 +149,8 @@ def run_build(
             result.duration_s = round(time.monotonic() - started, 2)
             return result
 
+        for stale in remove_stale_libraries(tree):
+            write(f"playbook: removed {stale}, left in the source tree by an earlier build")
         write(f"playbook: {' '.join(command)}")
         for name, value in sorted(redact_env(build_env).items()):
             write(f"playbook: env {name}={value}")

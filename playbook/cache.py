@@ -27,6 +27,11 @@ from typing import Any
 
 from playbook.source import SourceInfo
 
+# llama-cpp-python's CMake also installs the libraries into the source tree, and packages the
+# tree's llama_cpp/ folder: a library left there by a build with other flags would ride along.
+IN_TREE_LIBRARIES = "llama_cpp/lib"
+LIBRARY_SUFFIXES = (".so", ".dylib", ".dll", ".lib")
+
 # CMake arguments and variables that change how fast a build goes, never what it produces.
 NOT_IN_FINGERPRINT = re.compile(r"^-D(CMAKE_\w+_COMPILER_LAUNCHER|GGML_CCACHE)=")
 
@@ -87,10 +92,24 @@ def tree_digest(tree: Path) -> str:
     """A cheap digest of a source tree: every file's path, size and modification time."""
     digest = hashlib.sha256()
     for path in sorted(tree.rglob("*")):
-        if path.is_file() and ".git" not in path.parts and "__pycache__" not in path.parts:
+        relative = path.relative_to(tree).as_posix()
+        if relative.startswith(IN_TREE_LIBRARIES + "/") or ".git" in path.parts or "__pycache__" in path.parts:
+            continue
+        if path.is_file():
             stat = path.stat()
             digest.update(f"{path.relative_to(tree)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+def remove_stale_libraries(tree: Path) -> list[str]:
+    """Delete shared libraries an earlier build installed into ``tree/llama_cpp/lib``."""
+    folder = tree / IN_TREE_LIBRARIES
+    removed = []
+    for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+        if path.is_file() and any(suffix in path.name for suffix in LIBRARY_SUFFIXES):
+            path.unlink()
+            removed.append(str(path.relative_to(tree)))
+    return removed
 
 
 def cached_wheel(cache_dir: Path, key: str) -> Path | None:

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from playbook.build import run_build
-from playbook.cache import fingerprint, launcher_args, parse_ccache_stats, stable_tree
+from playbook.cache import (
+    fingerprint,
+    launcher_args,
+    parse_ccache_stats,
+    remove_stale_libraries,
+    stable_tree,
+    tree_digest,
+)
 from playbook.params import load_params
 from playbook.plan import configure
 from playbook.source import SourceInfo
@@ -73,7 +80,22 @@ def test_rebuilds_hit_the_caches(this_machine, tmp_path, ccache):
     assert again.wheel.sha256 == first.wheel.sha256
     assert "wheel cache hit" in (tmp_path / "run2" / again.log_file).read_text()
 
-    changed = dataclasses.replace(plan, cmake_args=[*plan.cmake_args, "-DTINY_UNUSED_OPTION=1"])
-    rebuilt = run_build(changed, source, tmp_path / "run3", cache, {"gcc": "12"})
+    # a retry in the same run folder: the same wheel file name, kept beside the first attempt's
+    changed = dataclasses.replace(plan, attempt=2, cmake_args=[*plan.cmake_args, "-DTINY_UNUSED_OPTION=1"])
+    rebuilt = run_build(changed, source, tmp_path / "run1", cache, {"gcc": "12"})
     assert rebuilt.ok and not rebuilt.reused_wheel and rebuilt.fingerprint != first.fingerprint
     assert rebuilt.ccache.hits >= 1 and rebuilt.ccache.misses == 0
+    assert Path(rebuilt.wheel.path).parent.name == "attempt-2" and Path(first.wheel.path).is_file()
+
+
+def test_libraries_left_in_the_tree_are_removed_and_not_fingerprinted(tmp_path):
+    source = compiled_project(tmp_path)
+    tree = Path(source.path)
+    before = tree_digest(tree)
+    lib = tree / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libggml-cuda.so.0.25.3").write_bytes(b"stale")
+    (lib / "__init__.py").write_text("")
+    assert tree_digest(tree) == before
+    assert remove_stale_libraries(tree) == ["llama_cpp/lib/libggml-cuda.so.0.25.3"]
+    assert (lib / "__init__.py").is_file()

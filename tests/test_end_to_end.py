@@ -40,7 +40,7 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path):
     build = json.loads(run.file("build.json").read_text())
     assert build["ok"] and build["wheel"]["name"].startswith("llama_cpp_python-0.3.36-")
     assert build["source"]["sha256"] == params.source.sha256
-    assert (run.path / "wheelhouse" / build["wheel"]["name"]).is_file()
+    assert (run.path / "wheelhouse" / f"attempt-{attempts}" / build["wheel"]["name"]).is_file()
     assert "-DGGML_CUDA=off" in run.file("build-attempt-1.log").read_text()
 
     verify = read_facts(VerifyResult, run.file(f"verify-attempt-{attempts}.json"))
