@@ -139,6 +139,8 @@ def run_build(
             log.flush()
 
         write(f"playbook: attempt {plan.attempt}, fingerprint {key}")
+        for name, value in sorted(redact_env(build_env).items()):
+            write(f"playbook: env {name}={value}")
         reusable = cached_wheel(cache_dir, key) if plan.wheel_cache else None
         if reusable is not None:
             write(f"playbook: wheel cache hit: {reusable} was built from the same source, CMake arguments, "
@@ -152,8 +154,6 @@ def run_build(
         for stale in remove_stale_libraries(tree):
             write(f"playbook: removed {stale}, left in the source tree by an earlier build")
         write(f"playbook: {' '.join(command)}")
-        for name, value in sorted(redact_env(build_env).items()):
-            write(f"playbook: env {name}={value}")
         result.extra_packages_installed = install_extra_packages(plan, python, write)
         env = {**base_env, **build_env}
         if plan.ccache:

@@ -128,8 +128,10 @@ def _bundle(args: argparse.Namespace) -> int:
 
     sdist = args.sdist
     if sdist is None:
-        source = load_params(None).source
-        sdist = Path(resolve_source(source.version, source.sha256, source.path, source.find_links).path)
+        params = load_params(None)
+        source = params.source
+        resolved = resolve_source(source.version, source.sha256, params.cache_dir, source.path, source.find_links)
+        sdist = Path(resolved.path)
     made = make_bundle(args.dest, sdist, args.python_version, args.platforms or DEFAULT_PLATFORMS,
                        args.requirements, args.exclude_present, log=lambda line: print(line, file=sys.stderr))
     print(made.summary())

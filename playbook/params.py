@@ -8,6 +8,7 @@ accepts, before anything is built.
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -59,6 +60,9 @@ class BuildParams:
     ccache: Literal["auto", "on", "off"] = "auto"
     # Reuse a wheel built before with the same fingerprint (source, CMake arguments, toolchain, Python).
     wheel_cache: bool = True
+    # Where sdists, unpacked sources, build folders, ccache, wheels and models are kept;
+    # empty: $LLAMA_PLAYBOOK_CACHE, else ~/.cache/llama-cpp-playbook.
+    cache_dir: str = ""
     cmake_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -96,6 +100,12 @@ class Params:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def cache_dir(self) -> Path:
+        if self.build.cache_dir:
+            return Path(self.build.cache_dir).expanduser()
+        return Path(os.environ.get("LLAMA_PLAYBOOK_CACHE", Path.home() / ".cache" / "llama-cpp-playbook"))
 
 
 def load_params(path: Path | None = None, overrides: list[str] | None = None) -> Params:

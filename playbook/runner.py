@@ -14,7 +14,6 @@ from playbook.errors import StepFailed
 from playbook.facts import read_facts
 from playbook.params import Params, load_params
 from playbook.provenance import RunFolder, RunRecord, StepRecord, utc_now
-from playbook.source import DEFAULT_CACHE
 from playbook.steps import Diagnosis, fetch_source
 from playbook.verify import VerifyResult
 
@@ -61,13 +60,12 @@ def execute_step(run: RunFolder, step: str, attempt: int | None = None, **parame
     return record
 
 
-def run_chain(params: Params, params_source: str, output_root: Path = OUTPUT_ROOT,
-              cache_dir: Path = DEFAULT_CACHE) -> RunFolder:
+def run_chain(params: Params, params_source: str, output_root: Path = OUTPUT_ROOT) -> RunFolder:
     """The whole pipeline. Returns the run folder, whose run.json says how it ended."""
     run = RunFolder.create(output_root, params, params_source)
     log.info("run folder: %s", run.path)
     try:
-        source = fetch_source(run, cache_dir)
+        source = fetch_source(run)
         log.info("source: %s (sha256 %s)", source.origin, source.sha256[:16] or "tree")
         execute_step(run, "detect")
         execute_step(run, "configure")

@@ -12,7 +12,6 @@ from pathlib import Path
 from playbook.errors import PlaybookError
 
 SDIST_NAME = "llama_cpp_python-{version}.tar.gz"
-DEFAULT_CACHE = Path(os.environ.get("LLAMA_PLAYBOOK_CACHE", Path.home() / ".cache" / "llama-cpp-playbook"))
 
 
 class SourceError(PlaybookError):
@@ -39,9 +38,9 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
 def resolve_source(
     version: str,
     sha256: str,
+    cache_dir: Path,
     path: str = "",
     find_links: str = "",
-    cache_dir: Path = DEFAULT_CACHE,
     python: str = sys.executable,
 ) -> SourceInfo:
     """A checked source ready for ``pip wheel``; downloads the sdist into ``cache_dir`` if needed."""

@@ -18,7 +18,7 @@ from playbook.diagnose import Finding, diagnose_file
 from playbook.facts import read_facts, write_facts
 from playbook.plan import BuildPlan, apply_remedies, configure
 from playbook.provenance import RunFolder
-from playbook.source import DEFAULT_CACHE, SourceInfo, resolve_source
+from playbook.source import SourceInfo, resolve_source
 from playbook.verify import VerifyResult, run_verify
 
 DETECT_FILE = "detect.json"
@@ -52,18 +52,19 @@ def configure_step(run: RunFolder) -> BuildPlan:
     return plan
 
 
-def fetch_source(run: RunFolder, cache_dir: Path = DEFAULT_CACHE) -> SourceInfo:
-    source = run.params().source
-    return resolve_source(source.version, source.sha256, source.path, source.find_links, cache_dir)
+def fetch_source(run: RunFolder) -> SourceInfo:
+    params = run.params()
+    source = params.source
+    return resolve_source(source.version, source.sha256, params.cache_dir, source.path, source.find_links)
 
 
 def build_step(
-    run: RunFolder, attempt: int, on_progress: ProgressCallback | None = None, cache_dir: Path = DEFAULT_CACHE
+    run: RunFolder, attempt: int, on_progress: ProgressCallback | None = None
 ) -> BuildResult:
     plan = read_facts(BuildPlan, run.attempt_file("plan", attempt))
     facts = read_facts(Facts, run.file(DETECT_FILE))
-    source = fetch_source(run, cache_dir)
-    result = run_build(plan, source, run.path, cache_dir, toolchain(facts, plan), sys.executable,
+    source = fetch_source(run)
+    result = run_build(plan, source, run.path, run.params().cache_dir, toolchain(facts, plan), sys.executable,
                        run.params().build.timeout_s, on_progress)
     write_facts(result, run.attempt_file("build", attempt))
     write_facts(result, run.file(BUILD_FILE))
@@ -110,7 +111,7 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
     return diagnosis
 
 
-def verify_step(run: RunFolder, attempt: int = 0, cache_dir: Path = DEFAULT_CACHE, log: Any = print) -> VerifyResult:
+def verify_step(run: RunFolder, attempt: int = 0, log: Any = print) -> VerifyResult:
     """Verify the wheel of build attempt ``attempt`` (0: the latest build)."""
     build = read_facts(BuildResult, run.attempt_file("build", attempt) if attempt else run.file(BUILD_FILE))
     plan = read_facts(BuildPlan, run.attempt_file("plan", build.attempt))
@@ -122,7 +123,7 @@ def verify_step(run: RunFolder, attempt: int = 0, cache_dir: Path = DEFAULT_CACH
         run.params(),
         Path(build.source.path),
         expect_gpu=plan.backend == "cuda",
-        cache_dir=cache_dir,
+        cache_dir=run.params().cache_dir,
         attempt=build.attempt,
         log=log,
     )

@@ -250,6 +250,7 @@ def plot_throughput(points: list[SweepPoint], title: str, stem: Path) -> list[Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     good = [p for p in points if p.status == "ok"]
@@ -261,6 +262,7 @@ def plot_throughput(points: list[SweepPoint], title: str, stem: Path) -> list[Pa
         for bad in (p for p in points if p.status != "ok"):
             ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
             ax.annotate(bad.status, (bad.n_gpu_layers, 0), color="red", rotation=90, va="bottom")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("layers offloaded to the GPU (n_gpu_layers)")
         ax.set_ylabel("tokens/s")
         ax.set_title(label)

@@ -21,7 +21,7 @@ from playbook.verify import VerifyResult
 @pytest.mark.slow
 def test_cpu_chain_builds_runs_and_archives(tmp_path):
     params = load_params(PARAMS_DIR / "cpu.yaml", ["verify.repetitions=1", "verify.prompt_tokens=32",
-                                                   "verify.gen_tokens=8"])
+                                                   "verify.gen_tokens=8", f"build.cache_dir={tmp_path / 'cache'}"])
     run = run_chain(params, "params/cpu.yaml (test)", tmp_path)
     record = run.record()
     assert record.outcome == "ok", record.message
@@ -37,6 +37,8 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path):
     else:
         assert attempts == 1
 
+    first = json.loads(run.file("build-attempt-1.json").read_text())
+    assert first["reused_wheel"] == "" and first["progress"]["done"] == first["progress"]["total"] > 100
     build = json.loads(run.file("build.json").read_text())
     assert build["ok"] and build["wheel"]["name"].startswith("llama_cpp_python-0.3.36-")
     assert build["source"]["sha256"] == params.source.sha256
