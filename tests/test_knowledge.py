@@ -184,7 +184,7 @@ EXPECTED_REMEDIES = {
     "compiler-out-of-memory": lambda r: r.halve_jobs,
     "cpu-only-build": lambda r: "-DGGML_CUDA=on" in r.cmake_args_add and r.env_set == {"FORCE_CMAKE": "1"},
     "openmp-conflict": lambda r: r.cmake_args_add == ("-DGGML_OPENMP=OFF",),
-    "cublas-missing": lambda r: r.extra_packages == ("nvidia-cublas",),
+    "cpu-amx-fault": lambda r: r.cmake_args_add == ("-DGGML_NATIVE=OFF",),
     "libcuda-stub-link": lambda r: r.cmake_args_add == ("-DGGML_CUDA_NO_VMM=ON",),
 }
 
@@ -315,3 +315,11 @@ def test_healthy_verify_shows_full_offload():
 @pytest.mark.parametrize("line", HARMLESS_LINES)
 def test_harmless_line_gives_no_finding(line):
     assert [(f.id, f.evidence) for f in diagnose_text(line + "\n")] == []
+
+
+REFERENCE_RUNS = Path(__file__).resolve().parent.parent / "outputs" / "reference"
+
+
+@pytest.mark.parametrize("log", sorted(REFERENCE_RUNS.glob("*/build-attempt-*.log")), ids=lambda p: p.parent.name + "/" + p.name)
+def test_real_cuda_build_logs_from_the_gpu_machine_are_clean(log):
+    assert diagnose_text(log.read_text(errors="replace")) == []
