@@ -203,6 +203,8 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
     if origin is Literal:
         allowed = typing.get_args(hint)
+        if isinstance(value, bool) and {"on", "off"} <= set(allowed):
+            value = "on" if value else "off"  # YAML reads a bare on/off as true/false
         if value not in allowed:
             raise ParameterError(f"parameter {key} = {value!r}; accepted values: {', '.join(map(str, allowed))}")
         return value

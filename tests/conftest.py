@@ -38,3 +38,14 @@ def toolkit(version: str, root: str = "/usr/local/cuda", cublas: bool = True, cc
 
 H100 = Gpu(0, "NVIDIA H100 80GB HBM3", 81559, "9.0", 5120, 2619)
 RTX_4070 = Gpu(0, "NVIDIA GeForce RTX 4070", 12282, "8.9")
+
+
+@pytest.fixture(scope="session")
+def pinned_source(tmp_path_factory):
+    """The pinned llama-cpp-python sdist (downloaded once per session) and a cache folder for it."""
+    from playbook.params import load_params
+    from playbook.source import resolve_source
+
+    cache = tmp_path_factory.mktemp("playbook-cache")
+    source = load_params().source
+    return resolve_source(source.version, source.sha256, cache), cache

@@ -26,6 +26,7 @@ def test_overrides_are_typed():
     assert params.verify.n_gpu_layers == [0, 8, 17]
     assert params.build.jobs == 4
     assert params.build.cmake_args == ["-DGGML_NATIVE=OFF"]
+    assert load_params(None, ["build.ccache=off"]).build.ccache == "off"  # YAML's bare off is false
 
 
 @pytest.mark.parametrize(
