@@ -102,3 +102,31 @@ def test_csv_and_plot(tmp_path):
     assert csv.read_text().splitlines()[0].startswith("n_gpu_layers,status,offloaded_layers,pp_tokens_per_s")
     paths = plot_throughput(points, "test", tmp_path / "throughput")
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_a_library_missing_from_the_loader_path_is_named(tmp_path):
+    """A real dynamic-loader failure: a library whose dependency is not on the loader path (no rpath)."""
+    import shutil
+    import subprocess
+
+    from playbook.verify import CHILD_SCRIPT
+
+    if not shutil.which("cc"):
+        pytest.skip("needs a C compiler")
+    site = tmp_path / "site"
+    lib = site / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    (tmp_path / "dep.c").write_text("int dep_answer(void) { return 42; }\n")
+    (tmp_path / "main.c").write_text("int dep_answer(void);\nint llama_answer(void) { return dep_answer(); }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib / "libcudart.so.12"), str(tmp_path / "dep.c")],
+                   check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib / "libllama.so"), str(tmp_path / "main.c"),
+                    "-L", str(lib), "-l:libcudart.so.12"], check=True)
+    (site / "llama_cpp" / "__init__.py").write_text(
+        "import ctypes, pathlib\n"
+        "_lib = ctypes.CDLL(str(pathlib.Path(__file__).parent / 'lib' / 'libllama.so'))\n"
+    )
+    outcome = run_child(["probe"], site, tmp_path / "probe.log", 60, script=CHILD_SCRIPT)
+    assert outcome.status == "error"
+    assert "libcudart.so.12: cannot open shared object file" in (tmp_path / "probe.log").read_text()
+    assert outcome.findings[0]["id"] == "shared-library-not-found"
