@@ -87,6 +87,8 @@ class VerifyParams:
     threads: int | Literal["auto"] = "auto"
     compare_positions: int = 256
     timeout_s: int = 600
+    # Also build llama.cpp's llama-bench from the same tree and arguments and measure the same points.
+    llama_bench: bool = False
 
 
 @dataclass

@@ -7,19 +7,22 @@ holds no logic and any step can be re-run from its files.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from playbook.bench import LlamaBench, measure_with_llama_bench
 from playbook.build import BuildResult, ProgressCallback, run_build
+from playbook.cache import stable_tree
 from playbook.detect import Facts, detect
 from playbook.diagnose import Finding, diagnose_file
 from playbook.facts import read_facts, write_facts
 from playbook.plan import BuildPlan, apply_remedies, configure
 from playbook.provenance import RunFolder
 from playbook.source import SourceInfo, resolve_source
-from playbook.verify import VerifyResult, run_verify
+from playbook.verify import VerifyResult, gpu_bandwidth_gb_per_s, run_verify
 
 DETECT_FILE = "detect.json"
 PLAN_FILE = "plan.json"
@@ -117,19 +120,39 @@ def verify_step(run: RunFolder, attempt: int = 0, log: Any = print) -> VerifyRes
     plan = read_facts(BuildPlan, run.attempt_file("plan", build.attempt))
     if not build.ok or build.wheel is None:
         raise RuntimeError(f"verify needs a built wheel; attempt {build.attempt} failed (see {build.log_file})")
+    params = run.params()
+    facts = read_facts(Facts, run.file(DETECT_FILE))
+    gpu = facts.best_gpu
     result = run_verify(
         run.path,
         Path(build.wheel.path),
-        run.params(),
+        params,
         Path(build.source.path),
         expect_gpu=plan.backend == "cuda",
-        cache_dir=run.params().cache_dir,
+        cache_dir=params.cache_dir,
         attempt=build.attempt,
         log=log,
+        yardstick=_llama_bench_yardstick(run, build, plan) if params.verify.llama_bench else None,
+        gpu_bandwidth_gb_per_s=gpu_bandwidth_gb_per_s(gpu.memory_bus_width_bits, gpu.memory_clock_max_mhz)
+        if gpu else None,
     )
     write_facts(result, run.attempt_file("verify", build.attempt))
     write_facts(result, run.file(VERIFY_FILE))
     return result
+
+
+def _llama_bench_yardstick(run: RunFolder, build: BuildResult, plan: BuildPlan):
+    """llama-bench from the wheel's own source tree and CMake arguments, measuring what verify measures."""
+    params = run.params()
+
+    def measure(model: Path, layer_counts: list[int], threads: int) -> LlamaBench:
+        tree = stable_tree(build.source, params.cache_dir)
+        return measure_with_llama_bench(
+            tree, plan.cmake_args, {**os.environ, **plan.build_env()}, params.cache_dir, build.fingerprint, model,
+            layer_counts, threads, params.verify.prompt_tokens, params.verify.gen_tokens, params.verify.repetitions,
+            run.path / f"llama-bench-attempt-{build.attempt}.log", params.verify.timeout_s)
+
+    return measure
 
 
 def toolchain(facts: Facts, plan: BuildPlan) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from playbook.bench import LlamaBench
 from playbook.diagnose import diagnose_text
 from playbook.errors import PlaybookError
 from playbook.params import ModelParams, Params
@@ -72,6 +73,11 @@ class SweepPoint:
     tg_tokens_per_s: float | None = None
     tg_stdev: float | None = None
     load_s: float | None = None
+    bench_pp_tokens_per_s: float | None = None  # llama-bench on the same model and layer count
+    bench_tg_tokens_per_s: float | None = None
+    pp_ratio: float | None = None  # ours / llama-bench
+    tg_ratio: float | None = None
+    tg_bandwidth_fraction: float | None = None  # of the memory-bandwidth limit, at full offload
 
 
 @dataclass
@@ -90,6 +96,9 @@ class VerifyResult:
     csv_file: str = ""
     plot_files: list[str] = field(default_factory=list)
     summary: str = ""
+    llama_bench: LlamaBench | None = None
+    gpu_bandwidth_gb_per_s: float | None = None
+    tg_limit_tokens_per_s: float | None = None  # bandwidth / model bytes: no decoder can beat it
 
 
 def install_wheel(wheel: Path, site_dir: Path, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
@@ -244,7 +253,28 @@ def write_sweep_csv(points: list[SweepPoint], path: Path) -> Path:
     return path
 
 
-def plot_throughput(points: list[SweepPoint], title: str, stem: Path) -> list[Path]:
+def compare_with_yardsticks(result: VerifyResult, full_offload: int) -> None:
+    """Fill each point's llama-bench numbers, ratios and share of the bandwidth limit."""
+    for point in result.points:
+        if result.llama_bench and result.llama_bench.ok:
+            point.bench_pp_tokens_per_s = result.llama_bench.rate("pp", point.n_gpu_layers)
+            point.bench_tg_tokens_per_s = result.llama_bench.rate("tg", point.n_gpu_layers)
+            if point.pp_tokens_per_s and point.bench_pp_tokens_per_s:
+                point.pp_ratio = point.pp_tokens_per_s / point.bench_pp_tokens_per_s
+            if point.tg_tokens_per_s and point.bench_tg_tokens_per_s:
+                point.tg_ratio = point.tg_tokens_per_s / point.bench_tg_tokens_per_s
+        if result.tg_limit_tokens_per_s and point.n_gpu_layers >= full_offload and point.tg_tokens_per_s:
+            point.tg_bandwidth_fraction = point.tg_tokens_per_s / result.tg_limit_tokens_per_s
+
+
+def gpu_bandwidth_gb_per_s(bus_width_bits: int | None, memory_clock_mhz: int | None) -> float | None:
+    """Peak memory bandwidth from NVML's figures: two transfers per clock over the bus."""
+    if not bus_width_bits or not memory_clock_mhz:
+        return None
+    return 2 * memory_clock_mhz * 1e6 * bus_width_bits / 8 / 1e9
+
+
+def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: float | None = None) -> list[Path]:
     """Tokens/s against offloaded layers, prompt processing and generation side by side."""
     import matplotlib
 
@@ -259,6 +289,12 @@ def plot_throughput(points: list[SweepPoint], title: str, stem: Path) -> list[Pa
         ys = [getattr(p, f"{attr}_tokens_per_s") for p in good]
         errs = [getattr(p, f"{attr}_stdev") for p in good]
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label="llama-cpp-python (low-level API)")
+        bench = [(p.n_gpu_layers, getattr(p, f"bench_{attr}_tokens_per_s")) for p in good]
+        if any(rate for _, rate in bench):
+            ax.plot([x for x, r in bench if r], [r for _, r in bench if r], "k--", marker="x",
+                    label="llama-bench, same build")
+        if attr == "tg" and tg_limit:
+            ax.axhline(tg_limit, color="gray", linestyle=":", label=f"memory-bandwidth limit ({tg_limit:.0f} t/s)")
         for bad in (p for p in points if p.status != "ok"):
             ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
             ax.annotate(bad.status, (bad.n_gpu_layers, 0), color="red", rotation=90, va="bottom")
@@ -324,6 +360,8 @@ def run_verify(
     attempt: int = 1,
     python: str = sys.executable,
     log: Callable[[str], None] = print,
+    yardstick: Callable[[Path, list[int], int], LlamaBench] | None = None,
+    gpu_bandwidth_gb_per_s: float | None = None,
 ) -> VerifyResult:
     """The whole verify step; every problem ends up in ``findings``, nothing raises past a bad wheel.
     Its files carry the build attempt in their names, so a retry never overwrites them."""
@@ -378,10 +416,22 @@ def run_verify(
         if ngl == max(result.layer_counts) and expect_gpu and ngl > 0 and outcome.status == "ok" and not point.offloaded_layers:
             findings.append(_finding("cpu-only-build", f"offloaded {point.offloaded_layers or 0}/{n_layer + 1} layers"))
 
+    if yardstick is not None and any(p.status == "ok" for p in result.points):
+        log("building llama-bench from the same tree and CMake arguments, then measuring the same points")
+        try:
+            result.llama_bench = yardstick(model_path, result.layer_counts, threads)
+        except Exception as error:  # the yardstick is optional: verify's own results must survive it
+            result.llama_bench = LlamaBench(False, error=f"{type(error).__name__}: {error}")
+        log(f"  llama-bench: {'ok' if result.llama_bench.ok else result.llama_bench.error}, built in "
+            f"{result.llama_bench.build_s:.0f} s, ran in {result.llama_bench.run_s:.0f} s")
+    if gpu_offload and gpu_bandwidth_gb_per_s:
+        result.gpu_bandwidth_gb_per_s = gpu_bandwidth_gb_per_s
+        result.tg_limit_tokens_per_s = gpu_bandwidth_gb_per_s * 1e9 / int(result.model["file_size_bytes"])
+    compare_with_yardsticks(result, n_layer + 1)
     result.csv_file = write_sweep_csv(result.points, run_dir / f"throughput-attempt-{attempt}.csv").name
     title = f"{model_path.name} · llama-cpp-python {probe.result['version']} · {threads} threads"
     stem = run_dir / f"throughput-attempt-{attempt}"
-    result.plot_files = [p.name for p in plot_throughput(result.points, title, stem)]
+    result.plot_files = [p.name for p in plot_throughput(result.points, title, stem, result.tg_limit_tokens_per_s)]
     result.findings = _unique(findings)
     measured = [p for p in result.points if p.status == "ok"]
     agreement_ok = result.agreement is None or result.agreement.ok
