@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from playbook.redact import redact_env
 
@@ -66,6 +67,8 @@ class OperatingSystem:
     pretty_name: str
     machine: str
     is_wsl: bool
+    rosetta: bool = False  # an x86_64 Python translated by Rosetta 2 on Apple silicon
+    apple_silicon: bool = False
 
 
 @dataclass
@@ -139,6 +142,25 @@ class InstalledLlamaCpp:
 
 
 @dataclass
+class VisualStudio:
+    """One Visual Studio installation as vswhere lists it, with what its folders hold."""
+
+    name: str
+    version: str  # installationVersion, e.g. "17.10.35004.147"
+    path: str
+    msvc_toolsets: list[str] = field(default_factory=list)  # VC/Tools/MSVC folders, e.g. "14.40.33807"
+    vcvarsall: str = ""
+    dev_shell: str = ""  # Common7/Tools/Launch-VsDevShell.ps1
+    cuda_integration: list[str] = field(default_factory=list)  # CUDA versions with MSBuild .props installed
+
+    @property
+    def newest_msvc(self) -> str:
+        """cl version of the newest toolset: MSVC 14.40.x ships cl 19.40."""
+        newest = max(self.msvc_toolsets, key=lambda v: tuple(int(p) for p in re.findall(r"\d+", v)), default="")
+        return msvc_from_toolset(newest)
+
+
+@dataclass
 class Facts:
     os: OperatingSystem
     cpu: Cpu
@@ -153,6 +175,12 @@ class Facts:
     gpus: list[Gpu]
     llama_cpp: InstalledLlamaCpp
     environment: dict[str, str]
+    vswhere: Tool = field(default_factory=lambda: Tool("vswhere", found=False))
+    visual_studio: list[VisualStudio] = field(default_factory=list)
+    wsl_driver_libs: list[str] = field(default_factory=list)  # libcuda* in /usr/lib/wsl/lib
+    libcuda_paths: list[str] = field(default_factory=list)  # where the loader finds libcuda.so.1, first first
+    stub_on_ld_library_path: list[str] = field(default_factory=list)
+    temp_dir: str = ""
 
     @property
     def best_gpu(self) -> Gpu | None:
@@ -205,6 +233,57 @@ def parse_nvidia_smi_csv(text: str) -> tuple[NvidiaDriver, list[Gpu]]:
     return driver, gpus
 
 
+def parse_nvidia_smi_xml(text: str) -> tuple[NvidiaDriver, list[Gpu]]:
+    """Output of ``nvidia-smi -q -x``. It names no compute capability: that comes from the GPU table."""
+    import xml.etree.ElementTree as ElementTree
+
+    from playbook.compatibility import gpu_model
+
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as err:
+        return NvidiaDriver(False, source="nvidia-smi", error=f"unreadable nvidia-smi -q -x output: {err}"), []
+    gpus = []
+    for index, node in enumerate(root.findall("gpu")):
+        name = node.findtext("product_name", "").strip()
+        memory = re.match(r"\d+", node.findtext("fb_memory_usage/total", "0").strip())
+        model = gpu_model(name)
+        gpus.append(Gpu(index, name, int(memory.group(0)) if memory else 0, model.compute if model else ""))
+    driver = NvidiaDriver(bool(gpus), root.findtext("driver_version", "").strip(),
+                          root.findtext("cuda_version", "").strip(), "nvidia-smi")
+    return driver, gpus
+
+
+def parse_vswhere_json(text: str) -> list[VisualStudio]:
+    """Output of ``vswhere -all -products * -format json``; folders are looked into by the probe."""
+    try:
+        entries = json.loads(text or "[]")
+    except ValueError:
+        return []
+    return [
+        VisualStudio(str(e.get("displayName", "")), str(e.get("installationVersion", "")), str(e.get("installationPath", "")))
+        for e in entries
+        if isinstance(e, dict)
+    ]
+
+
+def msvc_from_toolset(toolset: str) -> str:
+    """MSVC toolset folder "14.40.33807" -> cl version "19.40" (Microsoft numbers both in step)."""
+    parts = re.findall(r"\d+", toolset)
+    return f"19.{parts[1]}" if len(parts) >= 2 and parts[0] == "14" else ""
+
+
+def parse_ldconfig(text: str, library: str) -> list[str]:
+    """Paths ``ldconfig -p`` lists for ``library`` (e.g. "libcuda.so.1"), in the loader's order."""
+    pattern = re.compile(rf"^\s*{re.escape(library)}\s+\(.*\)\s+=>\s+(\S+)", re.MULTILINE)
+    return pattern.findall(text)
+
+
+def stub_dirs(library_path: str, separator: str = ":") -> list[str]:
+    """Entries of LD_LIBRARY_PATH that are CUDA's stub folders: their libcuda.so only links, never runs."""
+    return [entry for entry in library_path.split(separator) if entry and "stubs" in Path(entry).parts]
+
+
 def parse_meminfo(text: str) -> Memory:
     values = {}
     for line in text.splitlines():
@@ -225,7 +304,7 @@ def detect(
     environ = dict(os.environ if environ is None else environ)
     search_path = _search_path(environ, python)
     return Facts(
-        os=detect_os(),
+        os=detect_os(runner),
         cpu=detect_cpu(),
         memory=detect_memory(),
         python=detect_python(python, runner),
@@ -238,6 +317,12 @@ def detect(
         gpus=gpu_facts[1],
         llama_cpp=detect_installed_llama_cpp(python, runner),
         environment=build_environment(environ),
+        vswhere=(visual_studio := detect_visual_studio(environ, runner))[0],
+        visual_studio=visual_studio[1],
+        wsl_driver_libs=sorted(str(p) for p in Path("/usr/lib/wsl/lib").glob("libcuda*")),
+        libcuda_paths=detect_libcuda_paths(runner),
+        stub_on_ld_library_path=stub_dirs(environ.get("LD_LIBRARY_PATH", ""), os.pathsep),
+        temp_dir=environ.get("TEMP", environ.get("TMP", environ.get("TMPDIR", ""))),
     )
 
 
@@ -246,7 +331,7 @@ def build_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return redact_env({k: v for k, v in environ.items() if BUILD_ENV_NAMES.match(k)})
 
 
-def detect_os() -> OperatingSystem:
+def detect_os(runner: CommandRunner = run_command) -> OperatingSystem:
     pretty = platform.platform()
     os_release = Path("/etc/os-release")
     if os_release.is_file():
@@ -254,7 +339,50 @@ def detect_os() -> OperatingSystem:
         pretty = match.group(1) if match else pretty
     proc_version = Path("/proc/version")
     is_wsl = proc_version.is_file() and "microsoft" in proc_version.read_text().lower()
-    return OperatingSystem(platform.system(), platform.release(), pretty, platform.machine(), is_wsl)
+    rosetta, apple_silicon = detect_apple_silicon(runner) if platform.system() == "Darwin" else (False, False)
+    return OperatingSystem(platform.system(), platform.release(), pretty, platform.machine(), is_wsl,
+                           rosetta, apple_silicon)
+
+
+def detect_apple_silicon(runner: CommandRunner) -> tuple[bool, bool]:
+    """(this process runs under Rosetta, the Mac has Apple silicon), from sysctl."""
+    translated = runner(["sysctl", "-n", "sysctl.proc_translated"], 10)
+    arm64 = runner(["sysctl", "-n", "hw.optional.arm64"], 10)
+    rosetta = translated.returncode == 0 and translated.stdout.strip() == "1"
+    return rosetta, rosetta or (arm64.returncode == 0 and arm64.stdout.strip() == "1")
+
+
+def detect_visual_studio(environ: Mapping[str, str], runner: CommandRunner) -> tuple[Tool, list[VisualStudio]]:
+    """Visual Studio installations through vswhere; on Linux and macOS vswhere is simply not found."""
+    installer = Path(environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / "Microsoft Visual Studio" / "Installer"
+    vswhere = installer / "vswhere.exe"
+    path = str(vswhere) if vswhere.is_file() else shutil.which("vswhere", path=environ.get("PATH", ""))
+    if not path:
+        return Tool("vswhere", found=False), []
+    out = runner([path, "-all", "-products", "*", "-format", "json", "-utf8"], 30)
+    installations = parse_vswhere_json(out.stdout) if out.returncode == 0 else []
+    for vs in installations:
+        describe_visual_studio(vs)
+    return Tool("vswhere", out.returncode == 0, path), installations
+
+
+def describe_visual_studio(vs: VisualStudio) -> None:
+    root = Path(vs.path)
+    vs.msvc_toolsets = sorted(p.name for p in (root / "VC" / "Tools" / "MSVC").glob("14.*") if p.is_dir())
+    vcvarsall = root / "VC" / "Auxiliary" / "Build" / "vcvarsall.bat"
+    vs.vcvarsall = str(vcvarsall) if vcvarsall.is_file() else ""
+    dev_shell = root / "Common7" / "Tools" / "Launch-VsDevShell.ps1"
+    vs.dev_shell = str(dev_shell) if dev_shell.is_file() else ""
+    props = (root / "MSBuild" / "Microsoft" / "VC").glob("*/BuildCustomizations/CUDA *.props")
+    vs.cuda_integration = sorted({p.stem.removeprefix("CUDA ") for p in props})
+
+
+def detect_libcuda_paths(runner: CommandRunner) -> list[str]:
+    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if Path("/sbin/ldconfig").is_file() else "")
+    if not ldconfig or platform.system() != "Linux":
+        return []
+    out = runner([ldconfig, "-p"], 20)
+    return parse_ldconfig(out.stdout, "libcuda.so.1") if out.returncode == 0 else []
 
 
 def detect_cpu() -> Cpu:
@@ -312,6 +440,7 @@ def detect_tool(name: str, version_args: list[str], search_path: str, runner: Co
 def detect_compilers(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> list[Tool]:
     names = [environ[var] for var in ("CC", "CXX", "CUDAHOSTCXX") if environ.get(var)]
     names += ["cl"] if platform.system() == "Windows" else ["cc", "c++", "gcc", "g++", "clang", "clang++"]
+    names += versioned_gxx(search_path)
     tools = []
     for name in dict.fromkeys(names):
         path = shutil.which(name, path=search_path)
@@ -324,6 +453,14 @@ def detect_compilers(environ: Mapping[str, str], search_path: str, runner: Comma
     return tools
 
 
+def versioned_gxx(search_path: str) -> list[str]:
+    """``g++-12``, ``g++-13``... on PATH: older host compilers nvcc may need as CUDAHOSTCXX."""
+    found = set()
+    for folder in filter(None, search_path.split(os.pathsep)):
+        found.update(p.name for p in Path(folder).glob("g++-[0-9]*") if re.fullmatch(r"g\+\+-\d+", p.name))
+    return sorted(found, key=lambda name: int(name.split("-")[1]))
+
+
 def toolkit_candidates(environ: Mapping[str, str], search_path: str) -> list[tuple[Path, str]]:
     """(root, how it was found) for every place a CUDA toolkit may live, first found first."""
     candidates: list[tuple[Path, str]] = []
@@ -334,6 +471,8 @@ def toolkit_candidates(environ: Mapping[str, str], search_path: str) -> list[tup
     for var in sorted(environ):
         if var in ("CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDAToolkit_ROOT") or var.startswith("CUDA_PATH_V"):
             candidates.append((Path(environ[var]), var))
+    if Path("/usr/bin/nvcc").is_file():
+        candidates.append((Path("/usr"), "distribution package"))
     for pattern in ("/usr/local/cuda", "/usr/local/cuda-*", "/opt/cuda", "/usr/lib/cuda"):
         candidates += [(Path(p), "standard location") for p in sorted(glob.glob(pattern))]
     if environ.get("CONDA_PREFIX"):
@@ -408,6 +547,11 @@ def detect_gpus(runner: CommandRunner) -> tuple[NvidiaDriver, list[Gpu]]:
 def _gpus_from_nvml() -> tuple[NvidiaDriver, list[Gpu]]:
     import pynvml
 
+    return gpus_from_nvml(pynvml)
+
+
+def gpus_from_nvml(pynvml: Any) -> tuple[NvidiaDriver, list[Gpu]]:
+    """The driver and GPUs as NVML answers them; ``pynvml`` is the module (a recorded fake in tests)."""
     pynvml.nvmlInit()
     try:
         driver_version = _text(pynvml.nvmlSystemGetDriverVersion())

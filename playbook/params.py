@@ -22,7 +22,7 @@ from playbook.errors import ParameterError
 PARAMS_DIR = Path(__file__).resolve().parent.parent / "params"
 DEFAULT_PARAMS = PARAMS_DIR / "default.yaml"
 
-Backend = Literal["auto", "cuda", "cpu"]
+Backend = Literal["auto", "cuda", "cpu", "metal"]
 SourceKind = Literal["sdist", "path"]
 ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
@@ -65,6 +65,13 @@ class BuildParams:
     cache_dir: str = ""
     cmake_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # false: -DGGML_NATIVE=OFF, a wheel for other CPUs than this one (portable).
+    native: bool = True
+    # pip extras of llama-cpp-python recorded in the plan, e.g. ["server"].
+    extras: list[str] = field(default_factory=list)
+    # An existing llama.cpp shared library (the file or its folder): llama-cpp-python is built without
+    # compiling llama.cpp and loads this one through LLAMA_CPP_LIB_PATH.
+    prebuilt_lib: str = ""
 
 
 @dataclass
@@ -89,6 +96,8 @@ class VerifyParams:
     timeout_s: int = 600
     # Also build llama.cpp's llama-bench from the same tree and arguments and measure the same points.
     llama_bench: bool = False
+    # Dotted names the built package must provide, e.g. llama_cpp.llama_chat_format.Qwen3VLChatHandler.
+    required_symbols: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -156,6 +165,11 @@ def check_params(params: Params) -> None:
         raise ParameterError(
             f"model.path {params.model.path!r} is not a file; give a GGUF file, "
             "or leave model.path empty to use a synthetic model"
+        )
+    if params.build.prebuilt_lib and not Path(params.build.prebuilt_lib).expanduser().exists():
+        raise ParameterError(
+            f"build.prebuilt_lib {params.build.prebuilt_lib!r} does not exist; give libllama.so / llama.dll "
+            "or the folder holding it"
         )
     if params.build.max_attempts < 1:
         raise ParameterError("build.max_attempts must be at least 1")

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
-import yaml
-
+from playbook import compatibility
 from playbook.cache import launcher_args
-from playbook.detect import CudaToolkit, Facts
+from playbook.compatibility import version_tuple
+from playbook.detect import CudaToolkit, Facts, Tool
 from playbook.diagnose import Finding, KnowledgeBase, load_knowledge_base
 from playbook.params import Params
 
@@ -24,6 +24,9 @@ GIB = 1024
 # Peak resident memory of one compiler process, measured on llama.cpp's sources.
 MIB_PER_JOB = {"cuda": 3 * GIB, "cpu": 1 * GIB}
 PARALLEL_ENV = "CMAKE_BUILD_PARALLEL_LEVEL"
+# Windows' 260-character path limit: a build under a longer temp folder fails in llama.cpp's deep tree.
+LONGEST_SAFE_TEMP = 20
+SHORT_TEMP = "C:\\t"
 
 
 @dataclass
@@ -54,6 +57,15 @@ class BuildPlan:
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     remedies_applied: list[str] = field(default_factory=list)
+    platform: str = ""  # linux, wsl, windows, macos
+    generator: str = ""  # CMake generator; "" leaves scikit-build-core's choice
+    # Lines that set every variable the user must set, per shell: "bash", "powershell", "cmd".
+    shell_commands: dict[str, list[str]] = field(default_factory=dict)
+    dll_directories: list[str] = field(default_factory=list)  # folders llama.dll's dependencies live in (Windows)
+    runtime_env: dict[str, str] = field(default_factory=dict)  # variables the built package needs when imported
+    extras: list[str] = field(default_factory=list)  # pip extras, e.g. ["server"]
+    required_symbols: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)  # conflicts that make building pointless until fixed
 
     @property
     def cmake_args_string(self) -> str:
@@ -71,19 +83,13 @@ class ArchSupport:
     max_cuda: str  # exclusive; "" = still supported
 
 
-@lru_cache(maxsize=1)
 def cuda_knowledge() -> dict[str, Any]:
-    text = resources.files("playbook.knowledge").joinpath("cuda.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return compatibility.knowledge("cuda")
 
 
 def arch_support() -> dict[str, ArchSupport]:
     return {str(row["arch"]): ArchSupport(str(row["arch"]), row["min_cuda"], row["max_cuda"] or "") for row in
             cuda_knowledge()["architectures"]}
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
 def toolkit_supports_arch(toolkit_version: str, arch: str) -> tuple[bool, str]:
@@ -94,7 +100,8 @@ def toolkit_supports_arch(toolkit_version: str, arch: str) -> tuple[bool, str]:
         return True, f"sm_{arch} is not in the compatibility table; nvcc will decide"
     have = version_tuple(toolkit_version)
     if have < version_tuple(row.min_cuda):
-        return False, f"sm_{row.arch} needs CUDA {row.min_cuda} or newer; this toolkit is {toolkit_version}"
+        return False, (f"sm_{row.arch} needs CUDA {row.min_cuda} or newer; this toolkit is {toolkit_version}: "
+                       f"install CUDA {row.min_cuda} or newer")
     if row.max_cuda and have >= version_tuple(row.max_cuda):
         return False, f"CUDA {row.max_cuda} dropped sm_{row.arch}; this toolkit is {toolkit_version}: use CUDA 12.x"
     return True, f"CUDA {toolkit_version} compiles sm_{row.arch}"
@@ -119,54 +126,111 @@ def parallel_jobs(cores: int, available_mib: int | None, backend: str) -> tuple[
     )
 
 
-def choose_toolkit(facts: Facts, wanted: str) -> CudaToolkit | None:
+def choose_toolkit(facts: Facts, wanted: str, architectures: list[str] | None = None) -> CudaToolkit | None:
+    """The newest toolkit the driver supports that compiles every architecture needed; each
+    condition is dropped in turn when no toolkit meets it (the warnings then say why)."""
     toolkits = facts.cuda_toolkits
     if wanted != "auto":
-        return next((t for t in toolkits if t.root.rstrip("/") == wanted.rstrip("/")), None)
+        return next((t for t in toolkits if t.root.rstrip("/\\") == wanted.rstrip("/\\")), None)
     usable = toolkits
-    if facts.driver.cuda_version:
-        limit = version_tuple(facts.driver.cuda_version)
+    driver_cuda = driver_cuda_version(facts)
+    if driver_cuda:
+        limit = version_tuple(driver_cuda)
         usable = [t for t in toolkits if version_tuple(t.version)[:2] <= limit] or toolkits
+    if architectures:
+        usable = [t for t in usable if all(toolkit_supports_arch(t.version, a)[0] for a in architectures)] or usable
     return max(usable, key=lambda t: version_tuple(t.version), default=None)
+
+
+def driver_cuda_version(facts: Facts) -> str:
+    """The newest CUDA the driver runs: as the driver reports it, else from its branch."""
+    if not facts.driver.found:
+        return ""
+    return facts.driver.cuda_version or compatibility.driver_max_cuda(facts.driver.version)
+
+
+def machine_platform(facts: Facts) -> str:
+    system = facts.os.system.lower()
+    if system == "windows":
+        return "windows"
+    if system == "darwin":
+        return "macos"
+    return "wsl" if facts.os.is_wsl else "linux"
 
 
 def configure(facts: Facts, params: Params) -> BuildPlan:
     decisions: list[Decision] = []
     warnings: list[str] = []
-    backend, toolkit = _choose_backend(facts, params, decisions, warnings)
+    blockers: list[str] = []
+    platform = machine_platform(facts)
+    decisions.append(Decision("platform", platform, f"{facts.os.pretty_name} ({facts.os.system}, {facts.os.machine})"))
+    backend, toolkit = _choose_backend(facts, params, decisions, warnings, blockers)
 
     cmake_args: list[str] = []
     env: dict[str, str] = dict(params.build.env)
+    runtime_env: dict[str, str] = {}
+    dll_directories: list[str] = []
     architectures = ""
+    if backend == "prebuilt":
+        cmake_args += _use_prebuilt_library(params.build.prebuilt_lib, runtime_env, decisions, warnings)
     if backend == "cuda":
         architectures = _choose_architectures(facts, params, toolkit, decisions, warnings)
         cmake_args += ["-DGGML_CUDA=on", f"-DCMAKE_CUDA_ARCHITECTURES={architectures}"]
     if backend == "cuda" and toolkit is not None:
-        env["CUDACXX"] = toolkit.nvcc
-        decisions.append(Decision("CUDACXX", toolkit.nvcc, f"nvcc of the chosen toolkit (found by {toolkit.found_by})"))
+        env["CUDACXX"] = _cudacxx(toolkit.nvcc, platform, decisions)
+        decisions.append(Decision("CUDACXX", env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})"))
         _check_driver(facts, toolkit, warnings)
         if not toolkit.has_cccl:
             missing = [name for name, ok in toolkit.cccl_headers.items() if not ok]
+            oldest = compatibility.cccl_min_cuda()
             warnings.append(
                 f"CUDA {toolkit.version} at {toolkit.root} lacks CCCL headers {missing}: the build will fail "
                 "with 'nv/target' or 'cub/cub.cuh' not found; install CUDA 12.4 or newer (full installer)"
+                + (f" (shipped since CUDA {', '.join(sorted({oldest[m] for m in missing if m in oldest}))})"
+                   if any(m in oldest for m in missing) else "")
             )
         if not toolkit.has_cublas:
             warnings.append(
                 f"CUDA {toolkit.version} at {toolkit.root} has no cuBLAS: CMake will fail with "
                 "'CUDA::cublas target was not found'; install the toolkit's cuBLAS (libcublas-dev) or nvidia-cublas"
             )
+        if platform == "windows":
+            _check_msvc(facts, toolkit, warnings, decisions)
+            dll_directories.append(str(PureWindowsPath(toolkit.root) / "bin"))
+            decisions.append(Decision("DLL directories", ";".join(dll_directories),
+                                      "llama.dll loads cudart, cublas and cublasLt from the toolkit's bin folder"))
+        else:
+            _check_gcc(facts, toolkit, env, warnings, decisions)
+    if platform in ("linux", "wsl") and backend in ("cuda", "prebuilt", "auto"):
+        _check_driver_libraries(facts, platform, warnings)
     if backend == "cpu":
         cmake_args += ["-DGGML_CUDA=off"]
+    if backend == "metal":
+        cmake_args += ["-DGGML_METAL=on"]
+    if not params.build.native:
+        cmake_args += ["-DGGML_NATIVE=OFF"]
+        decisions.append(Decision("CPU code", "portable (-DGGML_NATIVE=OFF)",
+                                  "build.native is false: no -march=native, the wheel runs on other CPUs too"))
+    generator = _choose_generator(facts, platform, env, decisions, warnings)
+    if platform == "windows":
+        _short_temp(facts, env, decisions)
     ccache = _choose_ccache(facts, params.build.ccache, decisions, warnings)
     if ccache:
         cmake_args += launcher_args(ccache)
     for arg in params.build.cmake_args:
         cmake_args = [a for a in cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
         decisions.append(Decision("cmake argument", arg, "given in parameters build.cmake_args"))
+    warnings += [problem for arg in cmake_args if (problem := compatibility.renamed_option_problem(arg))]
+    if params.build.extras:
+        decisions.append(Decision("extras", ",".join(params.build.extras),
+                                  f"llama-cpp-python[{','.join(params.build.extras)}] asked for in build.extras"))
+    if params.verify.required_symbols:
+        decisions.append(Decision("required symbols", ", ".join(params.verify.required_symbols),
+                                  "verify fails when the built package lacks one (verify.required_symbols)"))
 
     if params.build.jobs == "auto":
-        jobs, why = parallel_jobs(facts.cpu.logical_cores, facts.memory.available_mib, backend)
+        jobs, why = parallel_jobs(facts.cpu.logical_cores, facts.memory.available_mib,
+                                  "cuda" if backend == "cuda" else "cpu")
     else:
         jobs, why = int(params.build.jobs), "given in parameters build.jobs"
     decisions.append(Decision("parallel jobs", str(jobs), why))
@@ -188,7 +252,11 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
             "local source given in parameters" if source.path else f"pinned sdist, sha256 {source.sha256[:12]}…",
         )
     )
-    return BuildPlan(
+    if source.find_links:
+        decisions.append(Decision("package index", f"none: --no-index --find-links {source.find_links}",
+                                  "source.find_links names a local folder of wheels (offline)"))
+    warnings += [b for b in blockers if b not in warnings]
+    plan = BuildPlan(
         attempt=1,
         backend=backend,
         cmake_args=cmake_args,
@@ -207,7 +275,163 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
         wheel_cache=params.build.wheel_cache,
         decisions=decisions,
         warnings=warnings,
+        platform=platform,
+        generator=generator,
+        dll_directories=dll_directories,
+        runtime_env=runtime_env,
+        extras=list(params.build.extras),
+        required_symbols=list(params.verify.required_symbols),
+        blockers=blockers,
     )
+    plan.shell_commands = shell_commands(plan, facts)
+    return plan
+
+
+def shell_commands(plan: BuildPlan, facts: Facts) -> dict[str, list[str]]:
+    """Every variable the build and the built package need, in the syntax of this platform's shells."""
+    variables = {**plan.build_env(), **plan.runtime_env}
+    if plan.platform != "windows":
+        return {"bash": [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]}
+    studio = _newest_visual_studio(facts)
+    powershell = [f"& '{studio.dev_shell}' -Arch amd64 -SkipAutomaticLocation"] if studio and studio.dev_shell else []
+    cmd = [f'call "{studio.vcvarsall}" x64'] if studio and studio.vcvarsall else []
+    powershell += ["$env:{} = '{}'".format(name, value.replace("'", "''")) for name, value in variables.items()]
+    cmd += [f'set "{name}={value}"' for name, value in variables.items()]
+    return {"powershell": powershell, "cmd": cmd}
+
+
+def _newest_visual_studio(facts: Facts):  # type: ignore[no-untyped-def]
+    return max(facts.visual_studio, key=lambda vs: version_tuple(vs.version), default=None)
+
+
+def _cudacxx(nvcc: str, platform: str, decisions: list[Decision]) -> str:
+    if platform != "windows" or " " not in nvcc:
+        return nvcc
+    forward = PureWindowsPath(nvcc).as_posix()
+    decisions.append(Decision("CUDACXX path", forward, "the path has spaces: CMake reads forward slashes whole, "
+                              "backslashes with spaces break (guide: 'CMAKE_CUDA_COMPILER: c:PERSONAL')"))
+    return forward
+
+
+def _choose_generator(facts: Facts, platform: str, env: dict[str, str], decisions: list[Decision],
+                      warnings: list[str]) -> str:
+    if platform != "windows":
+        if facts.ninja.found:
+            decisions.append(Decision("generator", "Ninja", f"ninja {facts.ninja.version} found; scikit-build-core uses it"))
+            return "Ninja"
+        return ""
+    if facts.ninja.found:
+        env["CMAKE_GENERATOR"] = "Ninja"
+        decisions.append(Decision("generator", "Ninja", "the Visual Studio generator needs CUDA's Visual Studio "
+                                  "integration ('No CUDA toolset found'); Ninja only needs the developer environment"))
+        return "Ninja"
+    studio = _newest_visual_studio(facts)
+    if studio is None or not studio.cuda_integration:
+        warnings.append("ninja not found and CUDA's Visual Studio integration is not installed: CMake will stop with "
+                        "'No CUDA toolset found'; `pip install ninja` (the playbook then uses the Ninja generator)")
+    decisions.append(Decision("generator", "Visual Studio", "ninja not found"))
+    return "Visual Studio"
+
+
+def _short_temp(facts: Facts, env: dict[str, str], decisions: list[Decision]) -> None:
+    temp = facts.temp_dir
+    if temp and len(temp) <= LONGEST_SAFE_TEMP and " " not in temp:
+        return
+    env["TEMP"] = env["TMP"] = SHORT_TEMP
+    decisions.append(Decision("TEMP/TMP", SHORT_TEMP, f"the temp folder {temp or '(unknown)'} is long: llama.cpp's "
+                              "deep build tree under it passes Windows' 260-character path limit; create C:\\t first"))
+
+
+def _use_prebuilt_library(library: str, runtime_env: dict[str, str], decisions: list[Decision],
+                          warnings: list[str]) -> list[str]:
+    folder = Path(library).expanduser()
+    folder = folder if folder.is_dir() else folder.parent
+    runtime_env["LLAMA_CPP_LIB_PATH"] = str(folder)
+    decisions.append(Decision("llama.cpp library", str(folder),
+                              "build.prebuilt_lib: llama-cpp-python 0.3.36 loads libllama from $LLAMA_CPP_LIB_PATH "
+                              "(llama_cpp/llama_cpp.py), and its CMakeLists.txt skips compiling llama.cpp with "
+                              "-DLLAMA_BUILD=OFF"))
+    warnings.append(f"prebuilt library: the wheel holds no llama.cpp; set LLAMA_CPP_LIB_PATH={folder} wherever it is "
+                    "imported, and keep the library's GPU support and version matching llama-cpp-python 0.3.36")
+    return ["-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF"]
+
+
+def _check_gcc(facts: Facts, toolkit: CudaToolkit, env: dict[str, str], warnings: list[str],
+               decisions: list[Decision]) -> None:
+    limits = compatibility.host_compiler_limits(toolkit.version)
+    host = _host_compiler(facts, env)
+    if limits is None or host is None or "clang" in host.banner.lower():
+        return
+    major = version_tuple(host.version)[:1]
+    if not major or major[0] <= limits.max_gcc:
+        return
+    older = [t for t in facts.compilers if t.found and re.fullmatch(r"g\+\+-\d+", Path(t.name).name)
+             and version_tuple(t.version)[:1] and version_tuple(t.version)[0] <= limits.max_gcc]
+    if older:
+        chosen = max(older, key=lambda t: version_tuple(t.version))
+        env["CUDAHOSTCXX"] = chosen.path
+        decisions.append(Decision("CUDAHOSTCXX", chosen.path,
+                                  f"gcc {host.version} is newer than CUDA {toolkit.version} accepts (up to gcc "
+                                  f"{limits.max_gcc}); {chosen.name} {chosen.version} compiles the host side ({limits.source})"))
+        return
+    newer = compatibility.oldest_nvcc_accepting(gcc_major=major[0])
+    warnings.append(
+        f"gcc {host.version} is newer than CUDA {toolkit.version}'s nvcc accepts (up to gcc {limits.max_gcc}): "
+        f"nvcc stops with 'unsupported GNU version'; install g++-{limits.max_gcc} (apt install g++-{limits.max_gcc}) "
+        f"and the playbook sets CUDAHOSTCXX to it"
+        + (f", or install CUDA {newer} or newer" if newer else "")
+    )
+
+
+def _host_compiler(facts: Facts, env: dict[str, str]) -> Tool | None:
+    found = {t.name: t for t in facts.compilers if t.found}
+    for name in (env.get("CUDAHOSTCXX"), facts.environment.get("CUDAHOSTCXX"), facts.environment.get("CXX"), "c++", "g++"):
+        if name and name in found:
+            return found[name]
+    return None
+
+
+def _check_msvc(facts: Facts, toolkit: CudaToolkit, warnings: list[str], decisions: list[Decision]) -> None:
+    studio = _newest_visual_studio(facts)
+    cl = next((t for t in facts.compilers if t.found and t.name == "cl"), None)
+    msvc = cl.version if cl else (studio.newest_msvc if studio else "")
+    if not msvc:
+        warnings.append("no Visual Studio C++ compiler found (vswhere lists none with MSVC): install Visual Studio "
+                        "2022 Build Tools with 'Desktop development with C++'")
+        return
+    vs_release = compatibility.visual_studio_for_msvc(msvc)
+    named = f"MSVC {'.'.join(msvc.split('.')[:2])}" + (f" (Visual Studio {vs_release})" if vs_release else "")
+    decisions.append(Decision("host compiler", named, f"cl {msvc}" + (f" from {studio.path}" if studio else "")))
+    limits = compatibility.host_compiler_limits(toolkit.version)
+    if limits and version_tuple(msvc)[:2] > version_tuple(limits.max_msvc):
+        newer = compatibility.oldest_nvcc_accepting(msvc=msvc)
+        older_toolsets = [t for t in (studio.msvc_toolsets if studio else [])
+                          if version_tuple(t)[:2] <= (14, version_tuple(limits.max_msvc)[1])]
+        fix = f"install CUDA {newer} or newer" if newer else "install a newer CUDA toolkit"
+        if older_toolsets:
+            fix += f", or open the developer prompt with `vcvarsall.bat x64 -vcvars_ver={older_toolsets[-1]}`"
+        warnings.append(f"{named} is newer than CUDA {toolkit.version}'s nvcc accepts (up to {limits.max_msvc}): nvcc "
+                        f"stops with 'unsupported Microsoft Visual Studio version'; {fix} ({limits.source})")
+    min_cuda, source = compatibility.msvc_stl_min_cuda(msvc)
+    if min_cuda and version_tuple(toolkit.version)[:2] < version_tuple(min_cuda):
+        warnings.append(f"{named}'s standard library needs CUDA {min_cuda} or newer (error STL1002); CUDA "
+                        f"{toolkit.version} is older: install CUDA {min_cuda} or newer ({source})")
+
+
+def _check_driver_libraries(facts: Facts, platform: str, warnings: list[str]) -> None:
+    for folder in facts.stub_on_ld_library_path:
+        warnings.append(f"LD_LIBRARY_PATH holds CUDA's stub folder {folder}: its libcuda.so only links, and at run "
+                        "time CUDA reports no device or 'CUDA driver version is insufficient'; remove it from "
+                        "LD_LIBRARY_PATH (LIBRARY_PATH is where stubs belong)")
+    if platform != "wsl" or not facts.gpus:
+        return
+    if not facts.wsl_driver_libs:
+        warnings.append("WSL without /usr/lib/wsl/lib/libcuda.so: the GPU driver comes from the Windows NVIDIA "
+                        "driver; update it on Windows and never install a Linux NVIDIA driver inside WSL")
+    elif facts.libcuda_paths and not facts.libcuda_paths[0].startswith("/usr/lib/wsl/lib/"):
+        warnings.append(f"the loader finds libcuda.so.1 at {facts.libcuda_paths[0]} before /usr/lib/wsl/lib: a Linux "
+                        "driver or a stub shadows WSL's; remove it (apt remove the nvidia driver packages, "
+                        "or the stub's folder from /etc/ld.so.conf.d) and run `sudo ldconfig`")
 
 
 def _choose_ccache(facts: Facts, wanted: str, decisions: list[Decision], warnings: list[str]) -> str:
@@ -225,10 +449,20 @@ def _choose_ccache(facts: Facts, wanted: str, decisions: list[Decision], warning
 
 
 def _choose_backend(
-    facts: Facts, params: Params, decisions: list[Decision], warnings: list[str]
+    facts: Facts, params: Params, decisions: list[Decision], warnings: list[str], blockers: list[str]
 ) -> tuple[str, CudaToolkit | None]:
-    toolkit = choose_toolkit(facts, params.cuda.toolkit)
+    if params.build.prebuilt_lib:
+        decisions.append(Decision("backend", "prebuilt", f"build.prebuilt_lib: {params.build.prebuilt_lib}"))
+        return "prebuilt", None
+    if facts.os.system == "Darwin":
+        return _choose_apple_backend(facts, params, decisions, warnings, blockers), None
     gpu = facts.best_gpu
+    needed = [gpu.arch] if gpu and params.cuda.architectures == "native" else \
+        [a for a in params.cuda.architectures.split(";") if a and a != "native"]
+    toolkit = choose_toolkit(facts, params.cuda.toolkit, needed)
+    if params.backend == "metal":
+        warnings.append("backend metal asked for, but Metal exists only on macOS with Apple silicon: building CPU-only")
+        params = dataclasses.replace(params, backend="cpu")
     if params.backend == "cpu":
         decisions.append(Decision("backend", "cpu", "asked for in parameters (backend: cpu)"))
         warnings.append("CPU-only build: the wheel will not offload any layer to a GPU")
@@ -250,6 +484,27 @@ def _choose_backend(
     decisions.append(Decision("backend", "cpu", f"{missing}: building CPU-only"))
     warnings.append(f"CPU-only build ({missing}): the wheel will not offload any layer to a GPU")
     return "cpu", None
+
+
+def _choose_apple_backend(facts: Facts, params: Params, decisions: list[Decision], warnings: list[str],
+                          blockers: list[str]) -> str:
+    if facts.os.rosetta:
+        blockers.append(
+            "this Python is x86_64 running under Rosetta on Apple silicon: its wheel would be x86_64 and could not "
+            "use Metal; install an arm64 Python (python.org's universal2 installer, or "
+            "`arch -arm64 /usr/bin/python3 -m venv .venv`) and run the playbook with it"
+        )
+    if params.backend == "cuda":
+        warnings.append("backend cuda asked for on macOS: NVIDIA CUDA does not exist there; use backend metal")
+    if params.backend in ("auto", "metal") and facts.os.apple_silicon and not facts.os.rosetta:
+        decisions.append(Decision("backend", "metal", f"Apple silicon ({facts.os.machine}): Metal (-DGGML_METAL=on)"))
+        return "metal"
+    if params.backend == "metal" and not facts.os.rosetta:
+        warnings.append("backend metal asked for on an Intel Mac: llama.cpp's Metal backend needs Apple silicon")
+    reason = "asked for in parameters (backend: cpu)" if params.backend == "cpu" else "no Metal for this Python"
+    decisions.append(Decision("backend", "cpu", reason))
+    warnings.append("CPU-only build: the wheel will not offload any layer to a GPU")
+    return "cpu"
 
 
 def _choose_architectures(
@@ -283,10 +538,14 @@ def _choose_architectures(
 def _check_driver(facts: Facts, toolkit: CudaToolkit, warnings: list[str]) -> None:
     if not facts.driver.found or not toolkit.version:
         return
-    if facts.driver.cuda_version and version_tuple(facts.driver.cuda_version)[:2] < version_tuple(toolkit.version)[:2]:
+    driver_cuda = driver_cuda_version(facts)
+    if driver_cuda and version_tuple(driver_cuda)[:2] < version_tuple(toolkit.version)[:2]:
+        same_major = version_tuple(driver_cuda)[0] == version_tuple(toolkit.version)[0]
+        fix = (" (minor version compatibility runs it, but PTX built for newer CUDA will not JIT)" if same_major
+               else f", or build with a CUDA {version_tuple(driver_cuda)[0]}.x toolkit up to {driver_cuda}")
         warnings.append(
-            f"driver {facts.driver.version} supports CUDA up to {facts.driver.cuda_version}, older than the toolkit "
-            f"{toolkit.version}: update the driver to {minimum_driver(toolkit.version, facts.os.system)} or newer"
+            f"driver {facts.driver.version} supports CUDA up to {driver_cuda}, older than the toolkit "
+            f"{toolkit.version}: update the driver to {minimum_driver(toolkit.version, facts.os.system)} or newer{fix}"
         )
 
 
