@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +19,12 @@ from playbook.source import SourceInfo
 def tiny_source(tmp_path: Path) -> SourceInfo:
     """A project that asks for the same build backend as llama-cpp-python."""
     project = tmp_path / "project"
-    project.mkdir()
+    project.mkdir(parents=True)
     (project / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["scikit-build-core"]\nbuild-backend = "scikit_build_core.build"\n'
-        '[project]\nname = "tiny"\nversion = "0.1"\n'
+        '[project]\nname = "tiny"\nversion = "0.1"\n[tool.scikit-build]\nwheel.packages = []\n'
     )
+    (project / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES NONE)\n")
     return SourceInfo("tree", str(project), "0.1", "", "test project")
 
 
@@ -59,3 +61,9 @@ def test_missing_backend_is_recorded_diagnosed_and_repaired(this_machine, tmp_pa
     assert findings and findings[0].id == "build-backend-missing"
     fixed = apply_remedies(plan, findings, this_machine)
     assert fixed is not None and fixed.build_isolation is True
+
+    # the retry: pip fetches the backend into an isolated build environment from the index
+    retried = run_build(dataclasses.replace(fixed, extra_packages=[]), tiny_source(tmp_path / "again"), run_dir,
+                        tmp_path / "cache", python=python_without_backend, timeout_s=600)
+    assert retried.ok, (run_dir / retried.log_file).read_text()[-2000:]
+    assert retried.wheel.name.startswith("tiny-0.1-")
