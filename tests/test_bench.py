@@ -34,6 +34,7 @@ def test_ratios_and_bandwidth_fraction(tmp_path):
     compare_with_yardsticks(result, full_offload=17)
     full = result.points[1]
     assert full.tg_ratio == 0.94 and round(full.pp_ratio, 2) == 0.96
+    assert round(full.tg_overhead_ms_per_token, 4) == round(1000 / 940 - 1000 / 1000, 4)
     assert 0.2 < full.tg_bandwidth_fraction < 0.25
     assert result.points[0].tg_bandwidth_fraction is None  # the limit holds for full offload only
     paths = plot_throughput(result.points, "t", tmp_path / "plot", result.tg_limit_tokens_per_s)
