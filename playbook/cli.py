@@ -93,7 +93,12 @@ def _plan(args: argparse.Namespace) -> int:
     print()
     for decision in plan.decisions:
         print(f"- {decision.what}: {decision.value}\n    because {decision.reason}")
-    return 0
+    for shell, lines in plan.shell_commands.items():
+        print(f"\nto build by hand, {shell}:")
+        print("\n".join(f"  {line}" for line in lines))
+    for blocker in plan.blockers:
+        print(f"\nREFUSED: {blocker}")
+    return 1 if plan.blockers else 0
 
 
 def _detect(args: argparse.Namespace) -> int:

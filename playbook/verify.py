@@ -31,6 +31,7 @@ from playbook.params import ModelParams, Params
 from playbook.source import sha256_of
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
+SYMBOLS_SCRIPT = Path(__file__).with_name("symbols_child.py")
 RESULT_PREFIX = "PLAYBOOK_RESULT "
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
 OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -384,6 +385,7 @@ def run_verify(
         result.findings = probe.findings or [_finding("process-crash" if probe.status == "crash" else "import-failed", probe.error_tail)]
         result.summary = f"the wheel does not import: {probe.status}"
         return result
+    findings += check_required_symbols(site_dir, params.verify.required_symbols, python, logs / "symbols.log", timeout)
     if not Path(probe.result["module"]).resolve().is_relative_to(site_dir.resolve()):
         line = f"playbook: llama_cpp imported from outside the wheel: {probe.result['module']} (expected under {site_dir})"
         _append_line(logs / "probe.log", line)
@@ -438,6 +440,20 @@ def run_verify(
     result.ok = bool(measured) and not result.findings and agreement_ok
     result.summary = _summary(result, gpu_offload)
     return result
+
+
+def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys.executable,
+                           log_file: Path | None = None, timeout_s: float = 120) -> list[dict[str, Any]]:
+    """One ``missing-symbol`` finding per dotted name the installed wheel lacks (verify.required_symbols)."""
+    if not symbols:
+        return []
+    with tempfile.TemporaryDirectory(prefix="playbook-symbols-") as tmp:
+        log = log_file or Path(tmp) / "symbols.log"
+        outcome = run_child(list(symbols), site_dir, log, timeout_s, python, script=SYMBOLS_SCRIPT)
+    if outcome.status != "ok" or outcome.result is None:
+        return [_finding("missing-symbol", f"{name}: the check did not run ({outcome.status}): "
+                         f"{outcome.error_tail[-300:]}") for name in symbols]
+    return [_finding("missing-symbol", f"{name} not found: {reason}") for name, reason in outcome.result["missing"].items()]
 
 
 def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Params, site_dir: Path, logs: Path,
