@@ -18,6 +18,7 @@ from typing import Any
 
 from playbook.facts import read_facts, write_facts
 from playbook.params import Params, params_from_dict
+from playbook.redact import redact_text
 
 MANIFEST = "manifest.json"
 PARAMS_FILE = "params.json"
@@ -73,7 +74,9 @@ class RunFolder:
         path.mkdir(parents=True)
         folder = cls(path)
         (path / PARAMS_FILE).write_text(json.dumps(params.to_dict(), indent=2) + "\n")
-        folder.save_record(RunRecord(run_id=path.name, started=utc_now(), params_source=params_source))
+        # The command line may carry a secret (--set build.env.X=...); params.json keeps the value
+        # for the steps until the run ends (runner._finish redacts the folder).
+        folder.save_record(RunRecord(run_id=path.name, started=utc_now(), params_source=redact_text(params_source)))
         return folder
 
     @property

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import papermill
 
+from playbook.attest import write_attestation
 from playbook.build import BuildResult
 from playbook.errors import StepFailed
 from playbook.facts import read_facts
 from playbook.params import Params, load_params
 from playbook.provenance import RunFolder, RunRecord, StepRecord, utc_now
+from playbook.redact import redact_file, redact_folder, run_secrets
 from playbook.steps import Diagnosis, fetch_source
 from playbook.verify import VerifyResult
 
@@ -24,10 +27,18 @@ OUTPUT_ROOT = Path(__file__).resolve().parent.parent / "outputs"
 log = logging.getLogger("playbook")
 
 
-def open_run(run_dir: str | Path = "", params_file: str | Path | None = None) -> RunFolder:
-    """The run folder a notebook works in; a new one (default parameters) when opened by hand."""
+def open_run(run_dir: str | Path = "", params_file: str | Path | None = None, new: bool = False) -> RunFolder:
+    """The run folder a notebook works in. Opened by hand with ``run_dir`` empty: the detect
+    notebook (``new=True``) starts a new run with ``params_file`` (default parameters); the
+    later steps continue the newest run under ``outputs/``."""
     if run_dir:
         return RunFolder(Path(run_dir))
+    if not new:
+        runs = sorted(p for p in OUTPUT_ROOT.glob("*/run.json") if p.parent.name != "reference")
+        if not runs:
+            raise StepFailed("no run folder under outputs/ yet: run the detect notebook first, or set run_dir")
+        print(f"continuing the newest run: {runs[-1].parent}")
+        return RunFolder(runs[-1].parent)
     params = load_params(Path(params_file) if params_file else None)
     run = RunFolder.create(OUTPUT_ROOT, params, str(params_file or "params/default.yaml"))
     print(f"new run folder: {run.path}")
@@ -53,6 +64,10 @@ def execute_step(run: RunFolder, step: str, attempt: int | None = None, **parame
         )
     except papermill.PapermillExecutionError as err:
         record.outcome, record.message = "error", f"{err.ename}: {err.evalue}"
+    finally:
+        # The executed notebook is for reading only (facts travel in JSON files): redact it now.
+        if output.is_file():
+            redact_file(output, _secrets(run))
     record.duration_s = round(time.monotonic() - clock, 2)
     _append_step(run, record)
     if record.outcome == "error":
@@ -115,9 +130,17 @@ def _append_step(run: RunFolder, step: StepRecord) -> None:
     run.write_manifest()
 
 
+def _secrets(run: RunFolder) -> list[str]:
+    return run_secrets(os.environ, run.params().build.env)
+
+
 def _finish(run: RunFolder, outcome: str, message: str) -> None:
     record: RunRecord = run.record()
     record.outcome, record.message, record.finished = outcome, message, utc_now()
     run.save_record(record)
+    # Facts files carry the parameters' values from step to step while the run lasts; once it
+    # ends the folder is an archive, and nothing in it may hold a secret.
+    redact_folder(run.path, _secrets(run))
+    write_attestation(run)
     run.write_manifest()
     log.info("run %s: %s", outcome, message)

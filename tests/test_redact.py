@@ -28,3 +28,35 @@ def test_known_values_are_masked_verbatim():
 def test_ordinary_build_lines_are_untouched():
     line = "-- Found CUDAToolkit: /usr/local/cuda/include (found version \"12.4.131\")"
     assert redact_text(line) == line
+
+
+def test_prose_about_tokens_is_untouched():
+    line = "GPU build: best token generation 940.1 t/s at n_gpu_layers=17"
+    assert redact_text(line) == line
+    assert redact_text("Authorization: token ghp1234567890abcdef") == f"Authorization: token {REDACTED}"
+
+
+def test_url_passwords_are_masked_alone_too():
+    from playbook.redact import run_secrets
+
+    secrets = run_secrets({"PIP_INDEX_URL": "https://alice:hunter2-long@example.org/simple"},
+                          {"MY_BUILD_PASSWORD": "from-parameters-1"})
+    assert set(secrets) == {"hunter2-long", "from-parameters-1"}
+    assert redact_known("pip: bad password hunter2-long", secrets) == f"pip: bad password {REDACTED}"
+
+
+def test_json_and_notebooks_stay_valid(tmp_path):
+    import json
+
+    from playbook.redact import redact_file
+
+    notebook = tmp_path / "01-detect.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"outputs": [{"text": ['token is "sk-abcdefghijklmnopqrstuvwxyz"\n'],
+                                                              "data": {"image/png": "iVBORw0KGgoAKIAABCDEFGHIJKLMNOP"}}]}],
+                                    "env": {"HF_TOKEN": "short", "PATH": "/bin"}}))
+    assert redact_file(notebook, [])
+    data = json.loads(notebook.read_text())
+    assert data["cells"][0]["outputs"][0]["text"] == [f'token is "{REDACTED}"\n']
+    assert data["cells"][0]["outputs"][0]["data"]["image/png"] == "iVBORw0KGgoAKIAABCDEFGHIJKLMNOP"
+    assert data["env"] == {"HF_TOKEN": REDACTED, "PATH": "/bin"}
+    assert not redact_file(notebook, [])  # nothing left: not rewritten
