@@ -35,6 +35,8 @@ SYMBOLS_SCRIPT = Path(__file__).with_name("symbols_child.py")
 RESULT_PREFIX = "PLAYBOOK_RESULT "
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
 OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+# llama.cpp's own account of device memory: model weights, KV cache, compute and output buffers.
+GPU_BUFFER_LINE = re.compile(r"\b(?:CUDA|Metal|Vulkan|ROCm)\d* (?:model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
 
 
 @dataclass
@@ -51,6 +53,7 @@ class ChildOutcome:
     findings: list[dict[str, Any]] = field(default_factory=list)
     offloaded_layers: int | None = None
     offloadable_layers: int | None = None
+    gpu_memory_mib: float | None = None
 
 
 @dataclass
@@ -79,6 +82,8 @@ class SweepPoint:
     pp_ratio: float | None = None  # ours / llama-bench
     tg_ratio: float | None = None
     tg_bandwidth_fraction: float | None = None  # of the memory-bandwidth limit, at full offload
+    tg_overhead_ms_per_token: float | None = None  # our time per generated token minus llama-bench's
+    gpu_memory_mib: float | None = None
 
 
 @dataclass
@@ -183,7 +188,14 @@ def run_child(
         findings=findings,
         offloaded_layers=int(offload[-1][0]) if offload else None,
         offloadable_layers=int(offload[-1][1]) if offload else None,
+        gpu_memory_mib=gpu_memory_mib(text),
     )
+
+
+def gpu_memory_mib(log_text: str) -> float | None:
+    """Device memory llama.cpp reports allocating in a child's log; None when it used no GPU."""
+    sizes = [float(size) for size in GPU_BUFFER_LINE.findall(log_text)]
+    return round(sum(sizes), 2) if sizes else None
 
 
 def _result_line(stdout: str) -> dict[str, Any] | None:
@@ -232,7 +244,7 @@ def default_threads() -> int:
 
 
 def sweep_point(outcome: ChildOutcome, n_gpu_layers: int) -> SweepPoint:
-    point = SweepPoint(n_gpu_layers, outcome.status, outcome.offloaded_layers)
+    point = SweepPoint(n_gpu_layers, outcome.status, outcome.offloaded_layers, gpu_memory_mib=outcome.gpu_memory_mib)
     if outcome.result:
         point.pp_tokens_per_s = outcome.result["pp"]["tokens_per_s_median"]
         point.pp_stdev = outcome.result["pp"]["tokens_per_s_stdev"]
@@ -264,6 +276,7 @@ def compare_with_yardsticks(result: VerifyResult, full_offload: int) -> None:
                 point.pp_ratio = point.pp_tokens_per_s / point.bench_pp_tokens_per_s
             if point.tg_tokens_per_s and point.bench_tg_tokens_per_s:
                 point.tg_ratio = point.tg_tokens_per_s / point.bench_tg_tokens_per_s
+                point.tg_overhead_ms_per_token = 1000 / point.tg_tokens_per_s - 1000 / point.bench_tg_tokens_per_s
         if result.tg_limit_tokens_per_s and point.n_gpu_layers >= full_offload and point.tg_tokens_per_s:
             point.tg_bandwidth_fraction = point.tg_tokens_per_s / result.tg_limit_tokens_per_s
 

@@ -50,6 +50,7 @@ def test_result_and_offload_are_read_from_the_child(tmp_path):
     outcome = run_child([], tmp_path, tmp_path / "ok.log", 30, script=script)
     assert outcome.status == "ok" and outcome.result == {"answer": 42}
     assert (outcome.offloaded_layers, outcome.offloadable_layers) == (17, 17)
+    assert outcome.gpu_memory_mib is None  # no device buffers in this log
     assert outcome.findings == []
 
 
@@ -130,3 +131,14 @@ def test_a_library_missing_from_the_loader_path_is_named(tmp_path):
     assert outcome.status == "error"
     assert "libcudart.so.12: cannot open shared object file" in (tmp_path / "probe.log").read_text()
     assert outcome.findings[0]["id"] == "shared-library-not-found"
+
+
+def test_gpu_memory_is_read_from_llama_cpp_log():
+    from pathlib import Path as _Path
+
+    log = (_Path(__file__).resolve().parent.parent / "outputs" / "reference" / "20261122T012240Z-vm" / "verify-logs"
+           / "attempt-1" / "bench-ngl-17.log").read_text()
+    from playbook.verify import gpu_memory_mib
+
+    assert gpu_memory_mib(log) == round(1052.66 + 24.00 + 66.50, 2)  # model, KV and compute on CUDA0
+    assert gpu_memory_mib("load_tensors:   CPU_Mapped model buffer size =    66.41 MiB") is None
