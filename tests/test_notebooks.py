@@ -80,3 +80,14 @@ def test_a_notebook_that_raises_is_kept_and_reported(tmp_path):
         execute_step(run, "verify")  # nothing was built in this run
     assert run.file("05-verify.ipynb").is_file()
     assert run.record().steps[-1].outcome == "error"
+
+
+def test_opened_by_hand_detect_starts_a_run_and_later_steps_continue_it(tmp_path, monkeypatch):
+    import playbook.runner as runner
+
+    monkeypatch.setattr(runner, "OUTPUT_ROOT", tmp_path / "outputs")
+    with pytest.raises(StepFailed, match="run the detect notebook first"):
+        runner.open_run()
+    started = runner.open_run(new=True)
+    assert runner.open_run().path == started.path
+    assert runner.open_run(started.path).path == started.path
