@@ -19,6 +19,10 @@ commands:
   detect    print what this machine has (JSON)
   diagnose  name the known failures in a build log, traceback or runtime output you already have
   bundle    write the wheels and the trimmed source that run needs on a machine without network
+  check     re-hash a run folder against its manifest.json and provenance.json
+  attest    write provenance.json for a run folder written before attestation existed
+  report    write a run folder's index.html and its executed notebooks as HTML
+  compare   one table (CSV) and plot across run folders from many machines
 """
 
 
@@ -52,6 +56,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="llama-cpp-python sdist or unpacked tree (default: the pinned sdist, downloaded if needed)")
     bundle.add_argument("--requirement", dest="requirements", action="append", default=None, metavar="SPEC",
                         help="bundle these instead of the headless requirements (repeatable)")
+
+    check = commands.add_parser("check", help="re-hash a run folder against manifest.json and provenance.json")
+    check.add_argument("run_dir", type=Path)
+    check.add_argument("--allow-missing", action="append", default=[], metavar="GLOB",
+                       help="files that may be absent, e.g. 'wheelhouse/*' (repeatable)")
+
+    attest = commands.add_parser("attest", help="write provenance.json for a run written before attestation existed")
+    attest.add_argument("run_dir", type=Path)
+    attest.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                        help="absent files left out of the archive on purpose, e.g. 'wheelhouse/*' (repeatable)")
+    attest.add_argument("--note", default="written after the run by `playbook attest` from the archived files",
+                        help="why the attestation is retroactive (recorded in it)")
+
+    report = commands.add_parser("report", help="write index.html and the executed notebooks as HTML")
+    report.add_argument("run_dir", type=Path)
+    report.add_argument("--output", default="", metavar="URL",
+                        help="folder or URL papermill can write to, e.g. s3://bucket/run (default: RUN_DIR/report)")
+
+    compare = commands.add_parser("compare", help="a table and plot across run folders (globs allowed)")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    compare.add_argument("--output", type=Path, default=Path("outputs/compare"),
+                         help="folder for compare.csv, compare.png and the executed compare.ipynb")
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -144,7 +170,49 @@ def _bundle(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "plan": _plan, "detect": _detect, "diagnose": _diagnose, "bundle": _bundle}
+def _check(args: argparse.Namespace) -> int:
+    from playbook.check import check_run
+
+    result = check_run(args.run_dir, args.allow_missing)
+    print("\n".join(result.lines()))
+    return 0 if result.ok else 1
+
+
+def _attest(args: argparse.Namespace) -> int:
+    from playbook.attest import write_attestation
+    from playbook.check import amend_manifest
+    from playbook.provenance import RunFolder
+
+    path = write_attestation(RunFolder(args.run_dir), retroactive=args.note)
+    try:
+        amend_manifest(args.run_dir, args.exclude, f"added {path.name} (retroactive attestation)"
+                       + (f"; marked absent {', '.join(args.exclude)} as not archived" if args.exclude else ""))
+    except ValueError as error:
+        path.unlink()
+        print(f"playbook: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}; {args.run_dir / 'manifest.json'} amended")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from playbook.report import write_report
+
+    print(f"wrote {write_report(args.run_dir, args.output)}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from playbook.compare import expand_run_dirs, run_compare_notebook
+
+    run_dirs = expand_run_dirs(args.run_dirs)
+    for path in run_compare_notebook(run_dirs, args.output):
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"run": _run, "plan": _plan, "detect": _detect, "diagnose": _diagnose, "bundle": _bundle,
+            "check": _check, "attest": _attest, "report": _report, "compare": _compare}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from pathlib import Path
 from playbook.errors import PlaybookError
 
 SDIST_NAME = "llama_cpp_python-{version}.tar.gz"
+BUNDLE_FILE = "BUNDLE.json"  # marks a folder written by ``playbook bundle``
 
 
 class SourceError(PlaybookError):
@@ -52,6 +54,11 @@ def resolve_source(
 
 
 def _local_source(path: Path, version: str, sha256: str) -> SourceInfo:
+    if path.is_dir() and (path / BUNDLE_FILE).is_file():
+        tree = bundle_tree(path)
+        info = _local_source(tree, version, sha256)
+        info.origin = f"offline bundle {path} (playbook bundle): trimmed source tree {tree}"
+        return info
     if path.is_dir() and (path / "pyproject.toml").is_file():
         vendored = path / "vendor" / "llama.cpp" / "CMakeLists.txt"
         if not vendored.is_file():
@@ -72,6 +79,16 @@ def _local_source(path: Path, version: str, sha256: str) -> SourceInfo:
     if path.is_file() and path.name.endswith(".tar.gz"):
         return _checked_sdist(path, version, sha256 if sha256 else "", origin=f"local sdist {path}")
     raise SourceError(f"source.path {path} is neither a source tree, an sdist, nor a folder holding one")
+
+
+def bundle_tree(bundle: Path) -> Path:
+    """The source tree inside an offline bundle folder (``source/<tree>``, named in BUNDLE.json)."""
+    named = json.loads((bundle / BUNDLE_FILE).read_text(encoding="utf-8")).get("source_tree", "")
+    candidates = [bundle / "source" / Path(named).name] if named else sorted((bundle / "source").glob("*/"))
+    tree = next((c for c in candidates if (c / "pyproject.toml").is_file()), None)
+    if tree is None:
+        raise SourceError(f"offline bundle {bundle} holds no source tree under source/; make it again with `playbook bundle`")
+    return tree
 
 
 def _checked_sdist(sdist: Path, version: str, sha256: str, origin: str) -> SourceInfo:
