@@ -19,6 +19,7 @@ from playbook.compatibility import version_tuple
 from playbook.detect import CudaToolkit, Facts, Tool
 from playbook.diagnose import Finding, KnowledgeBase, load_knowledge_base
 from playbook.params import Params
+from playbook.source import bundle_wheels
 
 GIB = 1024
 # Peak resident memory of one compiler process, measured on llama.cpp's sources.
@@ -268,7 +269,7 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
         source_version=source.version,
         source_sha256=source.sha256,
         source_path=source.path,
-        find_links=source.find_links,
+        find_links=source.find_links or (bundle_wheels(source.path) if source.path else ""),
         cuda_toolkit=toolkit.root if toolkit and backend == "cuda" else "",
         cuda_architectures=architectures,
         ccache=ccache,

@@ -53,6 +53,13 @@ def resolve_source(
     return _checked_sdist(cached, version, sha256, origin=f"PyPI llama-cpp-python=={version}, cached at {cached}")
 
 
+def bundle_wheels(path: str) -> str:
+    """The wheels folder of an offline bundle given as ``source.path``: pip's index there."""
+    folder = Path(path).expanduser()
+    wheels = folder / "wheels"
+    return str(wheels.resolve()) if (folder / BUNDLE_FILE).is_file() and wheels.is_dir() else ""
+
+
 def _local_source(path: Path, version: str, sha256: str) -> SourceInfo:
     if path.is_dir() and (path / BUNDLE_FILE).is_file():
         tree = bundle_tree(path)

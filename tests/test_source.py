@@ -46,3 +46,19 @@ def test_cached_download_is_rechecked(tmp_path):
     make_sdist(cache / "sdists")
     with pytest.raises(SourceError, match="Delete it to download it again"):
         resolve_source("0.3.36", "f" * 64, cache)
+
+
+def test_a_bundle_folder_is_source_and_index(this_machine, tmp_path):
+    from playbook.params import load_params
+    from playbook.plan import configure
+
+    bundle = tmp_path / "bundle"
+    tree = bundle / "source" / "llama_cpp_python-0.3.36"
+    (tree / "vendor" / "llama.cpp").mkdir(parents=True)
+    (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("")
+    (tree / "pyproject.toml").write_text("[project]\nname='llama_cpp_python'\n")
+    (bundle / "wheels").mkdir()
+    (bundle / "BUNDLE.json").write_text('{"source_tree": "source/llama_cpp_python-0.3.36"}')
+    assert resolve_source("0.3.36", "", tmp_path / "cache", str(bundle)).path == str(tree.resolve())
+    plan = configure(this_machine, load_params(None, ["source.kind=path", f"source.path={bundle}", "backend=cpu"]))
+    assert plan.find_links == str((bundle / "wheels").resolve())
