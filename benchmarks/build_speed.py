@@ -1,0 +1,88 @@
+"""How long a wheel takes: a plain `pip wheel` as the guides do it, against the playbook's builds.
+
+Runs, one after another on this machine, from a cleared state:
+  (a) plain pip: `CMAKE_ARGS=... FORCE_CMAKE=1 pip wheel --no-cache-dir --no-deps <sdist>` (build isolation on)
+  (b) the playbook, cold: empty cache folder (no ccache objects, no cached wheel)
+  (c) the playbook after a one-flag change: a new fingerprint, ccache warm
+  (d) the playbook with nothing changed: the wheel cache
+
+    python benchmarks/build_speed.py [--params params/cpu.yaml] [--set KEY=VALUE ...] [--work DIR]
+
+Prints a table of wall time and the ratio to (a). Goals: (b) <= 1.0x, (c) <= 0.25x, (d) <= 0.02x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from playbook.build import run_build
+from playbook.detect import detect
+from playbook.params import load_params
+from playbook.plan import configure
+from playbook.source import resolve_source
+from playbook.steps import toolchain
+
+ONE_FLAG = "-DLLAMA_FATAL_WARNINGS=OFF"  # changes the fingerprint, not the objects
+
+
+def plain_pip(sdist: str, cmake_args: str, out: Path) -> tuple[float, bool]:
+    env = {**os.environ, "CMAKE_ARGS": cmake_args, "FORCE_CMAKE": "1"}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", "-w", str(out), sdist],
+                          env=env, capture_output=True, text=True)
+    (out / "plain-pip.log").write_text(proc.stdout + proc.stderr)
+    return time.monotonic() - started, proc.returncode == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", type=Path, default=Path("params/cpu.yaml"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    args = parser.parse_args()
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="build-speed-"))
+    cache = work / "cache"
+    if cache.exists():
+        shutil.rmtree(cache)
+    params = load_params(args.params, [*args.overrides, f"build.cache_dir={cache}", "build.ccache=auto"])
+    facts = detect()
+    plan = configure(facts, params)
+    source = resolve_source(params.source.version, params.source.sha256, cache, params.source.path,
+                            params.source.find_links)
+    tools = toolchain(facts, plan)
+    plain_args = " ".join(a for a in plan.cmake_args if "_COMPILER_LAUNCHER=" not in a and "GGML_CCACHE" not in a)
+
+    rows = []
+    (work / "a").mkdir(parents=True, exist_ok=True)
+    seconds, ok = plain_pip(source.path, plain_args, work / "a")
+    rows.append(("(a) plain pip wheel", seconds, ok, ""))
+    for label, case_plan, folder in (
+        ("(b) playbook, cold", plan, "b"),
+        ("(c) playbook, one flag changed", dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG]), "c"),
+        ("(d) playbook, nothing changed", dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG]), "d"),
+    ):
+        started = time.monotonic()
+        result = run_build(case_plan, source, work / folder, cache, tools, timeout_s=7200)
+        seconds = time.monotonic() - started
+        detail = "wheel cache" if result.reused_wheel else (
+            f"ccache {result.ccache.hits} hits / {result.ccache.misses} misses" if result.ccache else "")
+        rows.append((label, seconds, result.ok, detail))
+
+    base = rows[0][1]
+    print(f"{facts.cpu.model}, {facts.cpu.logical_cores} cores; CMAKE_ARGS={plain_args}")
+    print(f"{'case':34} {'wall s':>8} {'ratio':>7}  ok   detail")
+    for label, seconds, ok, detail in rows:
+        print(f"{label:34} {seconds:8.1f} {seconds / base:7.3f}  {'yes' if ok else 'NO ':3}  {detail}")
+
+
+if __name__ == "__main__":
+    main()
