@@ -8,16 +8,44 @@ llama.cpp's own log goes to stderr, which the parent archives and diagnoses.
 Usage: python child.py probe
        python child.py bench MODEL NGL THREADS N_PROMPT N_GEN REPETITIONS
        python child.py logits MODEL NGL THREADS N_POSITIONS OUT_FILE OP_OFFLOAD
+
+On Windows, Python 3.8+ ignores PATH when it looks for a DLL's dependencies: the folders named in
+``PLAYBOOK_DLL_DIRECTORIES`` (os.pathsep-separated; the plan's ``dll_directories``, e.g. CUDA's bin)
+are added with ``os.add_dll_directory`` before ``llama_cpp`` is imported.
 """
 
 import ctypes
 import json
+import os
 import random
 import statistics
 import sys
 import time
 
-import llama_cpp  # noqa: E402  -- first import, on purpose
+DLL_DIRECTORIES_VARIABLE = "PLAYBOOK_DLL_DIRECTORIES"
+
+
+def add_dll_directories(value, add):
+    """Call ``add`` (``os.add_dll_directory``; None where the platform has none) for each existing
+    folder in ``value``. Returns ``(added, missing, handles)``; the handles stay referenced for the
+    child's lifetime, since closing one removes its folder from the search path."""
+    added, missing, handles = [], [], []
+    if add is None:
+        return added, missing, handles
+    for folder in filter(None, (value or "").split(os.pathsep)):
+        if not os.path.isdir(folder):
+            missing.append(folder)
+            continue
+        handles.append(add(folder))
+        added.append(folder)
+    return added, missing, handles
+
+
+DLL_ADDED, DLL_MISSING, _DLL_HANDLES = add_dll_directories(
+    os.environ.get(DLL_DIRECTORIES_VARIABLE), getattr(os, "add_dll_directory", None)
+)
+
+import llama_cpp  # noqa: E402  -- first import of the binding, on purpose
 
 RESULT_PREFIX = "PLAYBOOK_RESULT "
 
@@ -27,12 +55,35 @@ def emit(result):
     sys.stdout.flush()
 
 
+def library_file():
+    """The llama.cpp library the binding loaded (``llama_cpp.llama_cpp._lib``, a ctypes.CDLL whose
+    ``_name`` is the path it was loaded from: ``$LLAMA_CPP_LIB_PATH/libllama.so`` or the wheel's ``lib/``)."""
+    lib = getattr(getattr(llama_cpp, "llama_cpp", None), "_lib", None)
+    name = getattr(lib, "_name", None)
+    return os.path.abspath(name) if isinstance(name, str) and os.path.sep in name else name
+
+
+def mapped_libraries():
+    """llama.cpp and ggml libraries mapped into this process, from /proc/self/maps (Linux only): shows
+    where the library's own dependencies (libggml*) came from, too."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
+    except OSError:
+        return None
+    return sorted(p for p in paths if os.path.basename(p).startswith(("libllama", "libggml", "llama", "ggml")))
+
+
 def probe():
     return {
         "version": llama_cpp.__version__,
         "module": llama_cpp.__file__,
         "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace"),
+        "library": library_file(),
+        "mapped_libraries": mapped_libraries(),
+        "lib_path_variable": os.environ.get("LLAMA_CPP_LIB_PATH"),
+        "dll_directories": {"added": DLL_ADDED, "missing": DLL_MISSING},
     }
 
 

@@ -135,6 +135,10 @@ def verify_step(run: RunFolder, attempt: int = 0, log: Any = print) -> VerifyRes
         yardstick=_llama_bench_yardstick(run, build, plan) if params.verify.llama_bench else None,
         gpu_bandwidth_gb_per_s=gpu_bandwidth_gb_per_s(gpu.memory_bus_width_bits, gpu.memory_clock_max_mhz)
         if gpu else None,
+        runtime_env=plan.runtime_env,
+        dll_directories=plan.dll_directories,
+        extras=plan.extras,
+        find_links=plan.find_links,
     )
     write_facts(result, run.attempt_file("verify", build.attempt))
     write_facts(result, run.file(VERIFY_FILE))

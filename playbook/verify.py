@@ -28,10 +28,13 @@ from playbook.bench import LlamaBench
 from playbook.diagnose import diagnose_text
 from playbook.errors import PlaybookError
 from playbook.params import ModelParams, Params
+from playbook.server_check import ServerCheck, check_server
 from playbook.source import sha256_of
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
 SYMBOLS_SCRIPT = Path(__file__).with_name("symbols_child.py")
+DLL_DIRECTORIES_VARIABLE = "PLAYBOOK_DLL_DIRECTORIES"  # read by child.py before it imports llama_cpp
+LIB_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python 0.3.36 loads libllama from there when set
 RESULT_PREFIX = "PLAYBOOK_RESULT "
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
 OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -105,20 +108,45 @@ class VerifyResult:
     llama_bench: LlamaBench | None = None
     gpu_bandwidth_gb_per_s: float | None = None
     tg_limit_tokens_per_s: float | None = None  # bandwidth / model bytes: no decoder can beat it
+    library_file: str | None = None  # the llama.cpp library the binding loaded (llama_cpp.llama_cpp._lib)
+    runtime_env: dict[str, str] = field(default_factory=dict)  # the plan's variables every child got
+    dll_directories: list[str] = field(default_factory=list)  # passed to child.py (os.add_dll_directory)
+    extras: list[str] = field(default_factory=list)  # installed with the wheel: llama-cpp-python[extras]
+    server: ServerCheck | None = None  # python -m llama_cpp.server, when the plan has the server extra
 
 
-def install_wheel(wheel: Path, site_dir: Path, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
-    """Install the wheel alone into ``site_dir`` (its dependencies come from the playbook's environment)."""
+def install_wheel(wheel: Path, site_dir: Path, python: str = sys.executable, extras: list[str] | None = None,
+                  find_links: str = "") -> subprocess.CompletedProcess[str]:
+    """Install the wheel alone into ``site_dir`` (its dependencies come from the playbook's environment).
+    With ``extras`` it is installed as ``wheel[extras]`` with its dependencies, from the package index
+    (or only from ``find_links`` when given): the extras' packages are not in the playbook's environment."""
     if site_dir.exists():
         shutil.rmtree(site_dir)
-    args = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile", "--target", str(site_dir)]
-    return subprocess.run([*args, str(wheel)], capture_output=True, text=True)
+    args = [python, "-m", "pip", "install", "--no-compile", "--target", str(site_dir)]
+    if not extras:
+        args += ["--no-deps", "--no-index", str(wheel)]
+    else:
+        if find_links:
+            args += ["--no-index", "--find-links", find_links]
+        args.append(f"{wheel.resolve()}[{','.join(extras)}]")
+    return subprocess.run(args, check=False, capture_output=True, text=True)
 
 
-def child_env(site_dir: Path) -> dict[str, str]:
+def plan_child_env(runtime_env: dict[str, str] | None = None, dll_directories: list[str] | None = None) -> dict[str, str]:
+    """The variables the plan says the built package needs when imported (``runtime_env``, e.g.
+    LLAMA_CPP_LIB_PATH), and its DLL folders for child.py's ``os.add_dll_directory``."""
+    env = dict(runtime_env or {})
+    if dll_directories:
+        env[DLL_DIRECTORIES_VARIABLE] = os.pathsep.join(dll_directories)
+    return env
+
+
+def child_env(site_dir: Path, extra_env: dict[str, str] | None = None) -> dict[str, str]:
     """The wheel's folder first; an inherited PYTHONPATH after it, since the wheel's own
-    dependencies (numpy, diskcache, jinja2) may live there on an offline machine."""
+    dependencies (numpy, diskcache, jinja2) may live there on an offline machine. ``extra_env``
+    (from :func:`plan_child_env`) goes on top."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
+    env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir), os.environ.get("PYTHONPATH", "")]))
     env["PYTHONNOUSERSITE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
@@ -134,6 +162,7 @@ def run_child(
     python: str = sys.executable,
     script: Path = CHILD_SCRIPT,
     expected: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> ChildOutcome:
     """Run ``script args`` from an empty folder; a crash or a hang becomes a finding.
     ``expected`` names findings that are no fault here (``offloaded 0/N`` when asked for 0 layers)."""
@@ -144,7 +173,7 @@ def run_child(
         proc = subprocess.Popen(
             [python, str(script), *args],
             cwd=clean_dir,
-            env=child_env(site_dir),
+            env=child_env(site_dir, extra_env),
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -376,33 +405,57 @@ def run_verify(
     log: Callable[[str], None] = print,
     yardstick: Callable[[Path, list[int], int], LlamaBench] | None = None,
     gpu_bandwidth_gb_per_s: float | None = None,
+    runtime_env: dict[str, str] | None = None,
+    dll_directories: list[str] | None = None,
+    extras: list[str] | None = None,
+    find_links: str = "",
 ) -> VerifyResult:
     """The whole verify step; every problem ends up in ``findings``, nothing raises past a bad wheel.
-    Its files carry the build attempt in their names, so a retry never overwrites them."""
+    Its files carry the build attempt in their names, so a retry never overwrites them.
+
+    ``runtime_env`` and ``dll_directories`` (the plan's) reach every child; ``extras`` are installed
+    with the wheel, and the ``server`` extra is checked by starting the server on the model."""
     from playbook.model import describe_gguf
 
     logs = run_dir / "verify-logs" / f"attempt-{attempt}"
     logs.mkdir(parents=True, exist_ok=True)
-    site_dir = cache_dir / "site" / sha256_of(wheel)[:16]
+    extras = list(extras or [])
+    site_dir = cache_dir / "site" / (sha256_of(wheel)[:16] + "".join(f"-{e}" for e in sorted(extras)))
+    extra_env = plan_child_env(runtime_env, dll_directories)
     threads = default_threads() if params.verify.threads == "auto" else int(params.verify.threads)
     timeout = params.verify.timeout_s
     findings: list[dict[str, Any]] = []
 
-    log(f"installing {wheel.name} alone into {site_dir}")
-    installed = install_wheel(wheel, site_dir, python)
+    if extras:
+        log(f"installing {wheel.name}[{','.join(extras)}] with its dependencies into {site_dir}")
+    else:
+        log(f"installing {wheel.name} alone into {site_dir}")
+    installed = install_wheel(wheel, site_dir, python, extras, find_links)
     (logs / "install.log").write_text(installed.stdout + installed.stderr)
-    probe = run_child(["probe"], site_dir, logs / "probe.log", timeout, python)
+    for name, value in extra_env.items():
+        log(f"children get {name}={value}")
+    probe = run_child(["probe"], site_dir, logs / "probe.log", timeout, python, extra_env=extra_env)
     model_path = prepare_model(params.model, source_path, cache_dir)
-    result = VerifyResult(False, wheel.name, str(site_dir), probe, str(model_path), {}, threads, [])
+    result = VerifyResult(False, wheel.name, str(site_dir), probe, str(model_path), {}, threads, [],
+                          runtime_env=dict(runtime_env or {}), dll_directories=list(dll_directories or []),
+                          extras=extras)
+    if installed.returncode != 0:
+        findings.append(_finding("install-failed", "\n".join((installed.stdout + installed.stderr).strip()
+                                                             .splitlines()[-15:])))
     if probe.status != "ok":
-        result.findings = probe.findings or [_finding("process-crash" if probe.status == "crash" else "import-failed", probe.error_tail)]
+        result.findings = _unique(findings + (probe.findings or [
+            _finding("process-crash" if probe.status == "crash" else "import-failed", probe.error_tail)]))
         result.summary = f"the wheel does not import: {probe.status}"
         return result
-    findings += check_required_symbols(site_dir, params.verify.required_symbols, python, logs / "symbols.log", timeout)
+    result.library_file = probe.result.get("library")
+    log(f"llama.cpp library loaded: {result.library_file}")
+    findings += check_required_symbols(site_dir, params.verify.required_symbols, python, logs / "symbols.log", timeout,
+                                       extra_env=extra_env)
     if not Path(probe.result["module"]).resolve().is_relative_to(site_dir.resolve()):
         line = f"playbook: llama_cpp imported from outside the wheel: {probe.result['module']} (expected under {site_dir})"
         _append_line(logs / "probe.log", line)
         findings.append(_finding("foreign-llama-cpp", line))
+    findings += prebuilt_lib_findings(result.library_file, runtime_env or {}, logs / "probe.log")
     gpu_offload = bool(probe.result and probe.result["supports_gpu_offload"])
     log(f"imported llama_cpp {probe.result['version']}; GPU offload supported: {gpu_offload}")
     if expect_gpu and not gpu_offload:
@@ -413,7 +466,7 @@ def run_verify(
     result.layer_counts = layer_counts(n_layer, params.verify.n_gpu_layers, gpu_offload, params.verify.sweep_points)
     if gpu_offload:
         result.agreement = _check_agreement(
-            model_path, n_layer, threads, params, site_dir, logs, timeout, python, findings, log
+            model_path, n_layer, threads, params, site_dir, logs, timeout, python, findings, log, extra_env
         )
 
     for ngl in result.layer_counts:
@@ -422,7 +475,8 @@ def run_verify(
         args = ["bench", str(model_path), str(ngl), str(threads), str(params.verify.prompt_tokens),
                 str(params.verify.gen_tokens), str(params.verify.repetitions)]
         expected = ("cpu-only-build",) if ngl == 0 else ()
-        outcome = run_child(args, site_dir, logs / f"bench-ngl-{ngl}.log", timeout, python, expected=expected)
+        outcome = run_child(args, site_dir, logs / f"bench-ngl-{ngl}.log", timeout, python, expected=expected,
+                            extra_env=extra_env)
         point = sweep_point(outcome, ngl)
         result.points.append(point)
         findings += outcome.findings
@@ -430,6 +484,17 @@ def run_verify(
             f"offloaded {point.offloaded_layers}")
         if ngl == max(result.layer_counts) and expect_gpu and ngl > 0 and outcome.status == "ok" and not point.offloaded_layers:
             findings.append(_finding("cpu-only-build", f"offloaded {point.offloaded_layers or 0}/{n_layer + 1} layers"))
+
+    if "server" in extras:
+        ngl = n_layer + 1 if gpu_offload else 0
+        log(f"starting python -m llama_cpp.server on {model_path.name} with n_gpu_layers={ngl}")
+        result.server = check_server(model_path, child_env(site_dir, extra_env), logs / "server.log", ngl, python,
+                                     startup_timeout_s=timeout, request_timeout_s=timeout)
+        server = result.server
+        log(f"  server: {server.status}, up in {server.startup_s} s, /v1/completions HTTP {server.http_status} in "
+            f"{server.latency_s} s, {server.text_length} characters" + (f": {server.error}" if server.error else ""))
+        if not server.ok:
+            findings.append(_server_failed(server))
 
     if yardstick is not None and any(p.status == "ok" for p in result.points):
         log("building llama-bench from the same tree and CMake arguments, then measuring the same points")
@@ -456,13 +521,14 @@ def run_verify(
 
 
 def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys.executable,
-                           log_file: Path | None = None, timeout_s: float = 120) -> list[dict[str, Any]]:
+                           log_file: Path | None = None, timeout_s: float = 120,
+                           extra_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One ``missing-symbol`` finding per dotted name the installed wheel lacks (verify.required_symbols)."""
     if not symbols:
         return []
     with tempfile.TemporaryDirectory(prefix="playbook-symbols-") as tmp:
         log = log_file or Path(tmp) / "symbols.log"
-        outcome = run_child(list(symbols), site_dir, log, timeout_s, python, script=SYMBOLS_SCRIPT)
+        outcome = run_child(list(symbols), site_dir, log, timeout_s, python, script=SYMBOLS_SCRIPT, extra_env=extra_env)
     if outcome.status != "ok" or outcome.result is None:
         return [_finding("missing-symbol", f"{name}: the check did not run ({outcome.status}): "
                          f"{outcome.error_tail[-300:]}") for name in symbols]
@@ -471,7 +537,8 @@ def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys
 
 def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Params, site_dir: Path, logs: Path,
                      timeout: float,
-                     python: str, findings: list[dict[str, Any]], log: Callable[[str], None]) -> Agreement | None:
+                     python: str, findings: list[dict[str, Any]], log: Callable[[str], None],
+                     extra_env: dict[str, str] | None = None) -> Agreement | None:
     positions = params.verify.compare_positions
     with tempfile.TemporaryDirectory(prefix="playbook-logits-") as tmp:
         outcomes = {}
@@ -479,7 +546,8 @@ def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Param
             out = Path(tmp) / f"{name}.f32"
             args = ["logits", str(model_path), str(ngl), str(threads), str(positions), str(out), op_offload]
             expected = ("cpu-only-build",) if ngl == 0 else ()
-            outcomes[name] = run_child(args, site_dir, logs / f"logits-{name}.log", timeout, python, expected=expected)
+            outcomes[name] = run_child(args, site_dir, logs / f"logits-{name}.log", timeout, python, expected=expected,
+                                       extra_env=extra_env)
             findings += outcomes[name].findings
         if any(o.status != "ok" for o in outcomes.values()):
             log("logits comparison skipped: a child failed (see findings)")
@@ -496,6 +564,45 @@ def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Param
         _append_line(logs / "logits-gpu.log", line)
         findings.append(_finding("numeric-mismatch", line))
     return agreement
+
+
+def library_in(library_file: str | None, folder: str) -> bool:
+    """Whether the loaded library file lies in ``folder`` (symbolic links resolved on both sides)."""
+    if not library_file:
+        return False
+    return Path(library_file).resolve().parent == Path(folder).expanduser().resolve()
+
+
+def prebuilt_lib_findings(library_file: str | None, runtime_env: dict[str, str], log_file: Path) -> list[dict[str, Any]]:
+    """``prebuilt-lib-not-used`` when the plan points LLAMA_CPP_LIB_PATH at a library folder and the
+    binding loaded its library from anywhere else (the line also goes to the probe's log)."""
+    prebuilt = runtime_env.get(LIB_PATH_VARIABLE)
+    if not prebuilt or library_in(library_file, prebuilt):
+        return []
+    line = f"playbook: the binding loaded {library_file}, not the prebuilt library in {prebuilt} ({LIB_PATH_VARIABLE})"
+    _append_line(log_file, line)
+    return [_prebuilt_lib_not_used(line)]
+
+
+def _prebuilt_lib_not_used(evidence: str) -> dict[str, Any]:
+    return {"id": "prebuilt-lib-not-used", "title": "the prebuilt llama.cpp library was not the one loaded",
+            "evidence": evidence, "line_number": 0,
+            "cause": "llama-cpp-python 0.3.36 loads libllama from $LLAMA_CPP_LIB_PATH when it is set and from its own "
+                     "llama_cpp/lib otherwise; the library verify saw loaded came from elsewhere, so the build tested "
+                     "is not the one the plan describes",
+            "fix": "check build.prebuilt_lib names the folder (or file) of libllama, that LLAMA_CPP_LIB_PATH is set "
+                   "where llama_cpp is imported, and that no other llama_cpp shadows the wheel",
+            "automatic": False}
+
+
+def _server_failed(server: ServerCheck) -> dict[str, Any]:
+    return {"id": "server-failed", "title": "python -m llama_cpp.server did not answer a completion",
+            "evidence": f"{server.status}: {server.error}\n{server.log_tail}", "line_number": 0,
+            "cause": "the server extra's packages are missing or broken, the model did not load in the server, or "
+                     "the server crashed answering; the server's log (verify-logs/attempt-N/server.log) says which",
+            "fix": "read the log tail; install llama-cpp-python[server] into the same environment as the wheel, and "
+                   "try the same model through the probe and bench children first",
+            "automatic": False}
 
 
 def _append_line(log_file: Path, line: str) -> None:

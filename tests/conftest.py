@@ -49,3 +49,49 @@ def pinned_source(tmp_path_factory):
     cache = tmp_path_factory.mktemp("playbook-cache")
     source = load_params().source
     return resolve_source(source.version, source.sha256, cache), cache
+
+
+# A CPU build of the pinned llama-cpp-python that this project's development VM keeps between sessions.
+DEV_WHEEL = Path("/tmp/cpubuild/wheelhouse/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl")
+
+
+@pytest.fixture(scope="session")
+def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
+    """A real wheel of the pinned llama-cpp-python, CPU-only: $PLAYBOOK_TEST_WHEEL, else the development
+    VM's wheel, else built here once per session through ``run_build`` (-DGGML_NATIVE=OFF, and no
+    libmtmd, which nothing here loads: minutes on 2 cores; PLAYBOOK_TEST_BUILD_WHEEL=1 forces this).
+    Skips where nothing can compile it."""
+    import os
+    import shutil
+    import sys
+
+    build_anyway = os.environ.get("PLAYBOOK_TEST_BUILD_WHEEL") == "1"  # as CI does, on a machine that has one
+    for candidate in filter(None, [os.environ.get("PLAYBOOK_TEST_WHEEL"), None if build_anyway else str(DEV_WHEEL)]):
+        if Path(candidate).is_file():
+            return Path(candidate)
+    if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
+        pytest.skip("no llama-cpp-python wheel found and no C++ compiler to build one")
+    from playbook.build import run_build
+    from playbook.params import PARAMS_DIR, load_params
+    from playbook.plan import configure
+
+    source, cache = pinned_source
+    params = load_params(PARAMS_DIR / "cpu-portable.yaml", [f"build.cache_dir={cache}"])
+    plan = configure(detect(), params)
+    plan.cmake_args.append("-DLLAVA_BUILD=OFF")
+    run_dir = tmp_path_factory.mktemp("cpu-wheel")
+    result = run_build(plan, source, run_dir, cache, {}, sys.executable, timeout_s=1800)
+    if not result.ok or result.wheel is None:
+        tail = "\n".join((run_dir / result.log_file).read_text(errors="replace").splitlines()[-30:])
+        pytest.fail(f"building the CPU wheel failed:\n{tail}")
+    return Path(result.wheel.path)
+
+
+@pytest.fixture(scope="session")
+def tiny_f16_model(tmp_path_factory) -> Path:
+    """The tiny synthetic llama in F16: the quantized CPU kernels fault on this VM's AMX (cpu-amx-fault)."""
+    from playbook.model import ModelSpec, write_synthetic_gguf
+
+    path = tmp_path_factory.mktemp("model") / "synthetic-llama-tiny-F16.gguf"
+    write_synthetic_gguf(path, ModelSpec("tiny", "F16"), DATA / "ggml-vocab-llama-spm.gguf")
+    return path
