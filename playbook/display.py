@@ -79,7 +79,11 @@ def build_summary(result: BuildResult) -> pd.DataFrame:
         ("compile steps", f"{result.progress.done}/{result.progress.total}"),
         ("source", f"{result.source.origin}"),
         ("log", result.log_file),
+        ("fingerprint", result.fingerprint),
+        ("compiler cache", f"{result.ccache.hits} hits, {result.ccache.misses} misses" if result.ccache else "not used"),
     ]
+    if result.reused_wheel:
+        rows.append(("wheel cache", f"reused {result.reused_wheel}: same source, CMake arguments, toolchain, Python"))
     if result.wheel:
         rows += [("wheel", result.wheel.name), ("size", f"{result.wheel.size_bytes / 2**20:.1f} MiB"),
                  ("sha256", result.wheel.sha256)]
