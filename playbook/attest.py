@@ -21,7 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from playbook.provenance import MANIFEST, RUN_FILE, RunFolder, file_sha256, utc_now
+from playbook.provenance import MANIFEST, RUN_FILE, RunFolder, utc_now
+from playbook.source import sha256_of
 
 ATTESTATION = "provenance.json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -146,7 +147,7 @@ def build_statement(run: RunFolder, retroactive: str = "") -> Statement:
                 builder=Builder(BUILDER_ID, {} if retroactive else _builder_versions()),
                 metadata=BuildMetadata(run.run_id, record.get("started", ""), record.get("finished", "")),
                 byproducts=[
-                    ResourceDescriptor(name=rel, digest={"sha256": file_sha256(path)},
+                    ResourceDescriptor(name=rel, digest={"sha256": sha256_of(path)},
                                        mediaType=MEDIA_TYPES.get(path.suffix, ""))
                     for rel, path in _files(run.path)
                     if rel not in subject_paths and rel not in (MANIFEST, ATTESTATION)

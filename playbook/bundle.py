@@ -20,7 +20,6 @@ a line); the bundle carries only what is missing there:
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from playbook.errors import PlaybookError
+from playbook.source import sha256_of
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = PROJECT_ROOT / "pyproject.toml"
@@ -360,17 +360,9 @@ def download(pins: Sequence[Resolved], dest: Path, python: str, python_version: 
         path = dest / pin.filename
         if not path.is_file():
             raise BundleError(f"pip download did not save {pin.filename}; found {sorted(os.listdir(dest))}")
-        if pin.sha256 and _sha256(path) != pin.sha256:
+        if pin.sha256 and sha256_of(path) != pin.sha256:
             raise BundleError(f"{path} does not have the sha256 pip's resolution gave ({pin.sha256})")
     return args
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------- wheels
@@ -639,7 +631,7 @@ def make_bundle(
         total_bytes=source_bytes + wheels_bytes,
         command=" && ".join(commands),
         wheels_bytes=wheels_bytes,
-        sdist_sha256=_sha256(sdist) if sdist.is_file() else "",
+        sdist_sha256=sha256_of(sdist) if sdist.is_file() else "",
         present_excluded=sorted(reached_present),
         problems=problems,
     )

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from playbook.attest import ATTESTATION, is_derived
-from playbook.provenance import MANIFEST, file_sha256, utc_now
+from playbook.provenance import MANIFEST, utc_now
+from playbook.source import sha256_of
 
 OK, CHANGED, MISSING, ABSENT, UNLISTED = "ok", "changed", "missing", "absent (not archived)", "not in manifest"
 FAILING = (CHANGED, MISSING, UNLISTED)
@@ -74,7 +75,7 @@ def check_run(run_dir: Path, allow_missing: Sequence[str] = ()) -> CheckResult:
         if not path.is_file():
             reason = left_out(rel)
             result.files.append(FileCheck(rel, ABSENT, reason) if reason else FileCheck(rel, MISSING))
-        elif (actual := file_sha256(path)) != entry["sha256"]:
+        elif (actual := sha256_of(path)) != entry["sha256"]:
             result.files.append(FileCheck(rel, CHANGED, f"sha256 {actual[:16]}…, manifest {entry['sha256'][:16]}…"))
         else:
             result.files.append(FileCheck(rel, OK))
@@ -102,7 +103,7 @@ def _against_attestation(run_dir: Path, listed: dict[str, dict[str, Any]], left_
         attested[rel] = subject["digest"]["sha256"]
         path = run_dir / rel
         if path.is_file():
-            if file_sha256(path) != attested[rel]:
+            if sha256_of(path) != attested[rel]:
                 problems.append(f"wheel {rel}: sha256 differs from the attestation's subject")
         elif not left_out(rel):
             problems.append(f"wheel {rel}: the attestation's subject is missing")
@@ -130,12 +131,12 @@ def amend_manifest(run_dir: Path, exclude: Sequence[str], what: str) -> Path:
         raise ValueError("will not amend a manifest whose files do not match it: "
                          + ", ".join(f"{f.path} ({f.status})" for f in broken))
     manifest_path = run_dir / MANIFEST
-    previous = file_sha256(manifest_path)
+    previous = sha256_of(manifest_path)
     manifest = json.loads(manifest_path.read_text())
     for f in before.files:
         if f.status == UNLISTED:
             path = run_dir / f.path
-            manifest["files"][f.path] = {"sha256": file_sha256(path), "size_bytes": path.stat().st_size}
+            manifest["files"][f.path] = {"sha256": sha256_of(path), "size_bytes": path.stat().st_size}
         elif f.status == ABSENT:
             manifest.setdefault("excluded", {})[f.path] = "deliberately not archived"
     manifest["files"] = dict(sorted(manifest["files"].items()))

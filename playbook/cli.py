@@ -155,14 +155,11 @@ def _diagnose(args: argparse.Namespace) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     from playbook.bundle import DEFAULT_PLATFORMS, make_bundle
     from playbook.params import load_params
-    from playbook.source import resolve_source
+    from playbook.source import resolve_params_source
 
     sdist = args.sdist
     if sdist is None:
-        params = load_params(None)
-        source = params.source
-        resolved = resolve_source(source.version, source.sha256, params.cache_dir, source.path, source.find_links)
-        sdist = Path(resolved.path)
+        sdist = Path(resolve_params_source(load_params(None)).path)
     made = make_bundle(args.dest, sdist, args.python_version, args.platforms or DEFAULT_PLATFORMS,
                        args.requirements, args.exclude_present, log=lambda line: print(line, file=sys.stderr))
     print(made.summary())

@@ -8,7 +8,6 @@ it is overwritten: a retried step writes a new attempt beside the old one.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import re
 import socket
@@ -19,6 +18,7 @@ from typing import Any
 from playbook.facts import read_facts, write_facts
 from playbook.params import Params, params_from_dict
 from playbook.redact import redact_text
+from playbook.source import sha256_of
 
 MANIFEST = "manifest.json"
 PARAMS_FILE = "params.json"
@@ -110,7 +110,7 @@ class RunFolder:
     def write_manifest(self) -> Path:
         record = self.record()
         files = {
-            str(p.relative_to(self.path)): {"sha256": file_sha256(p), "size_bytes": p.stat().st_size}
+            str(p.relative_to(self.path)): {"sha256": sha256_of(p), "size_bytes": p.stat().st_size}
             for p in sorted(self.path.rglob("*"))
             if p.is_file() and p.name != MANIFEST
         }
@@ -128,11 +128,3 @@ class RunFolder:
         path = self.path / MANIFEST
         path.write_text(json.dumps(manifest, indent=2) + "\n")
         return path
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playbook.errors import PlaybookError
+from playbook.params import Params
 
 SDIST_NAME = "llama_cpp_python-{version}.tar.gz"
 BUNDLE_FILE = "BUNDLE.json"  # marks a folder written by ``playbook bundle``
@@ -129,3 +130,9 @@ def _tree_version(path: Path) -> str:
             if line.startswith("__version__"):
                 return line.split("=", 1)[1].strip().strip("\"'")
     return "unknown"
+
+
+def resolve_params_source(params: Params) -> SourceInfo:
+    """The source a parameter set names, fetched into its cache folder and checked."""
+    source = params.source
+    return resolve_source(source.version, source.sha256, params.cache_dir, source.path, source.find_links)

@@ -21,7 +21,7 @@ from playbook.diagnose import Finding, diagnose_file
 from playbook.facts import read_facts, write_facts
 from playbook.plan import BuildPlan, apply_remedies, configure
 from playbook.provenance import RunFolder
-from playbook.source import SourceInfo, resolve_source
+from playbook.source import SourceInfo, resolve_params_source
 from playbook.verify import VerifyResult, gpu_bandwidth_gb_per_s, run_verify
 
 DETECT_FILE = "detect.json"
@@ -56,9 +56,7 @@ def configure_step(run: RunFolder) -> BuildPlan:
 
 
 def fetch_source(run: RunFolder) -> SourceInfo:
-    params = run.params()
-    source = params.source
-    return resolve_source(source.version, source.sha256, params.cache_dir, source.path, source.find_links)
+    return resolve_params_source(run.params())
 
 
 def build_step(

@@ -13,9 +13,9 @@ from playbook.check import ABSENT, CHANGED, MISSING, UNLISTED, amend_manifest, c
 from playbook.cli import main
 from playbook.compare import expand_run_dirs, fleet_row, fleet_table, write_outputs
 from playbook.params import load_params
-from playbook.provenance import RunFolder, file_sha256
+from playbook.provenance import RunFolder
 from playbook.report import write_report
-from playbook.source import resolve_source
+from playbook.source import resolve_source, sha256_of
 
 REFERENCE = Path(__file__).resolve().parent.parent / "outputs" / "reference"
 REFERENCE_RUNS = sorted(p for p in REFERENCE.glob("2026*") if (p / "run.json").is_file())
@@ -30,7 +30,7 @@ def finished_run(tmp_path: Path) -> RunFolder:
     build = {"attempt": 1, "ok": True, "duration_s": 2.5, "log_file": "build-attempt-1.log", "command": ["pip"],
              "source": {"kind": "sdist", "path": "/cache/llama_cpp_python-0.3.36.tar.gz", "version": "0.3.36",
                         "sha256": "ab" * 32, "origin": "PyPI"},
-             "wheel": {"name": wheel.name, "path": str(wheel), "size_bytes": 14, "sha256": file_sha256(wheel)}}
+             "wheel": {"name": wheel.name, "path": str(wheel), "size_bytes": 14, "sha256": sha256_of(wheel)}}
     (run.path / "build-attempt-1.json").write_text(json.dumps(build))
     (run.path / "verify-attempt-1.json").write_text(json.dumps({"ok": True, "points": [], "summary": "fine"}))
     (run.path / "plan-attempt-1.json").write_text(json.dumps({"attempt": 1, "backend": "cpu", "cmake_args": []}))
@@ -53,7 +53,7 @@ def test_attestation_is_an_in_toto_slsa_statement(tmp_path):
     assert statement["_type"] == STATEMENT_TYPE and statement["predicateType"] == PREDICATE_TYPE
     [subject] = statement["subject"]
     assert subject["name"] == "tiny-0.1-py3-none-any.whl"
-    assert subject["digest"]["sha256"] == file_sha256(run.path / "wheelhouse/attempt-1/tiny-0.1-py3-none-any.whl")
+    assert subject["digest"]["sha256"] == sha256_of(run.path / "wheelhouse/attempt-1/tiny-0.1-py3-none-any.whl")
     assert subject["annotations"]["verified"] is True
     build = statement["predicate"]["buildDefinition"]
     assert build["externalParameters"]["parameters"]["source"]["version"] == "0.3.36"
@@ -85,7 +85,7 @@ def test_check_catches_a_manifest_rewritten_to_match_a_tampered_file(tmp_path):
     run = finished_run(tmp_path)
     (run.path / "build-attempt-1.log").write_text("forged\n")
     manifest = json.loads(run.file("manifest.json").read_text())
-    manifest["files"]["build-attempt-1.log"]["sha256"] = file_sha256(run.path / "build-attempt-1.log")
+    manifest["files"]["build-attempt-1.log"]["sha256"] = sha256_of(run.path / "build-attempt-1.log")
     run.file("manifest.json").write_text(json.dumps(manifest))
     result = check_run(run.path)
     assert not result.ok and any("disagree" in p for p in result.problems)
