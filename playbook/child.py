@@ -1,6 +1,7 @@
 """Runs inside a child process that verify starts with the built wheel on its path.
 
-Deliberately standalone: it imports nothing from ``playbook`` and nothing before
+Deliberately standalone: it imports nothing from ``playbook`` but its sibling ``dll_directories``
+(itself standalone), and nothing before
 ``llama_cpp`` (a segfault was seen when numpy was imported first), so that what it
 measures is the wheel alone. It prints one line ``PLAYBOOK_RESULT {json}`` at the end;
 llama.cpp's own log goes to stderr, which the parent archives and diagnoses.
@@ -22,24 +23,7 @@ import statistics
 import sys
 import time
 
-DLL_DIRECTORIES_VARIABLE = "PLAYBOOK_DLL_DIRECTORIES"
-
-
-def add_dll_directories(value, add):
-    """Call ``add`` (``os.add_dll_directory``; None where the platform has none) for each existing
-    folder in ``value``. Returns ``(added, missing, handles)``; the handles stay referenced for the
-    child's lifetime, since closing one removes its folder from the search path."""
-    added, missing, handles = [], [], []
-    if add is None:
-        return added, missing, handles
-    for folder in filter(None, (value or "").split(os.pathsep)):
-        if not os.path.isdir(folder):
-            missing.append(folder)
-            continue
-        handles.append(add(folder))
-        added.append(folder)
-    return added, missing, handles
-
+from dll_directories import DLL_DIRECTORIES_VARIABLE, add_dll_directories  # a sibling: this runs as a script
 
 DLL_ADDED, DLL_MISSING, _DLL_HANDLES = add_dll_directories(
     os.environ.get(DLL_DIRECTORIES_VARIABLE), getattr(os, "add_dll_directory", None)

@@ -67,6 +67,9 @@ class BuildParams:
     env: dict[str, str] = field(default_factory=dict)
     # false: -DGGML_NATIVE=OFF, a wheel for other CPUs than this one (portable).
     native: bool = True
+    # true: also build libmtmd (-DLLAVA_BUILD=ON), which only the multimodal chat handlers load
+    # (Llava15ChatHandler, MTMDChatHandler and their subclasses); false leaves it out of the wheel.
+    multimodal: bool = False
     # pip extras of llama-cpp-python recorded in the plan, e.g. ["server"].
     extras: list[str] = field(default_factory=list)
     # An existing llama.cpp shared library (the file or its folder): llama-cpp-python is built without

@@ -25,6 +25,8 @@ GIB = 1024
 # Peak resident memory of one compiler process, measured on llama.cpp's sources.
 MIB_PER_JOB = {"cuda": 3 * GIB, "cpu": 1 * GIB}
 PARALLEL_ENV = "CMAKE_BUILD_PARALLEL_LEVEL"
+MULTIMODAL_OPTION = "LLAVA_BUILD"  # llama-cpp-python's switch for libmtmd
+MTMD_MODULE = "llama_cpp.mtmd_cpp"
 # Windows' 260-character path limit: a build under a longer temp folder fails in llama.cpp's deep tree.
 LONGEST_SAFE_TEMP = 20
 SHORT_TEMP = "C:\\t"
@@ -65,6 +67,7 @@ class BuildPlan:
     dll_directories: list[str] = field(default_factory=list)  # folders llama.dll's dependencies live in (Windows)
     runtime_env: dict[str, str] = field(default_factory=dict)  # variables the built package needs when imported
     extras: list[str] = field(default_factory=list)  # pip extras, e.g. ["server"]
+    multimodal: bool = True  # libmtmd is built (llama-cpp-python's own default, LLAVA_BUILD=ON)
     required_symbols: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)  # conflicts that make building pointless until fixed
 
@@ -212,6 +215,8 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
         cmake_args += ["-DGGML_NATIVE=OFF"]
         decisions.append(Decision("CPU code", "portable (-DGGML_NATIVE=OFF)",
                                   "build.native is false: no -march=native, the wheel runs on other CPUs too"))
+    if backend != "prebuilt" and not _wants_multimodal(params, decisions):
+        cmake_args += [f"-D{MULTIMODAL_OPTION}=OFF"]
     generator = _choose_generator(facts, platform, env, decisions, warnings)
     if platform == "windows":
         _short_temp(facts, env, decisions)
@@ -281,6 +286,7 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
         dll_directories=dll_directories,
         runtime_env=runtime_env,
         extras=list(params.build.extras),
+        multimodal=multimodal_built(cmake_args),
         required_symbols=list(params.verify.required_symbols),
         blockers=blockers,
     )
@@ -354,7 +360,27 @@ def _use_prebuilt_library(library: str, runtime_env: dict[str, str], decisions: 
                               "-DLLAMA_BUILD=OFF"))
     warnings.append(f"prebuilt library: the wheel holds no llama.cpp; set LLAMA_CPP_LIB_PATH={folder} wherever it is "
                     "imported, and keep the library's GPU support and version matching llama-cpp-python 0.3.36")
-    return ["-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF"]
+    return ["-DLLAMA_BUILD=OFF", f"-D{MULTIMODAL_OPTION}=OFF"]
+
+
+def _wants_multimodal(params: Params, decisions: list[Decision]) -> bool:
+    needs_mtmd = [s for s in params.verify.required_symbols if s.startswith(MTMD_MODULE)]
+    if params.build.multimodal or needs_mtmd:
+        why = ("build.multimodal is true" if params.build.multimodal
+               else f"verify.required_symbols names {', '.join(needs_mtmd)}")
+        decisions.append(Decision("multimodal library", "built (libmtmd)",
+                                  f"{why}: the LLaVA/mtmd chat handlers load libmtmd"))
+        return True
+    decisions.append(Decision("multimodal library", f"not built (-D{MULTIMODAL_OPTION}=OFF)",
+                              "nothing but the multimodal chat handlers loads libmtmd, and the text API never does: "
+                              "fewer objects to compile; set build.multimodal: true to build it"))
+    return False
+
+
+def multimodal_built(cmake_args: list[str]) -> bool:
+    """Whether the arguments build libmtmd: llama-cpp-python builds it unless LLAVA_BUILD (the last one given) is off."""
+    values = [a.split("=", 1)[1] for a in cmake_args if a.split("=")[0].split(":")[0] == f"-D{MULTIMODAL_OPTION}"]
+    return not values or values[-1].strip().upper() not in ("OFF", "0", "FALSE", "NO", "N")
 
 
 def _check_gcc(facts: Facts, toolkit: CudaToolkit, env: dict[str, str], warnings: list[str],
@@ -590,4 +616,5 @@ def apply_remedies(
         if dataclasses.asdict(new) != before:
             new.remedies_applied.append(finding.id)
             new.decisions.append(Decision("repair", finding.id, f"automatic remedy for: {finding.title}"))
+    new.multimodal = multimodal_built(new.cmake_args)
     return new if new.remedies_applied != plan.remedies_applied else None

@@ -137,6 +137,7 @@ def verify_step(run: RunFolder, attempt: int = 0, log: Any = print) -> VerifyRes
         dll_directories=plan.dll_directories,
         extras=plan.extras,
         find_links=plan.find_links,
+        multimodal=plan.multimodal,
     )
     write_facts(result, run.attempt_file("verify", build.attempt))
     write_facts(result, run.file(VERIFY_FILE))

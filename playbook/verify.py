@@ -26,6 +26,7 @@ import yaml
 
 from playbook.bench import LlamaBench
 from playbook.diagnose import diagnose_text
+from playbook.dll_directories import DLL_DIRECTORIES_VARIABLE  # read by the children before llama_cpp
 from playbook.errors import PlaybookError
 from playbook.params import ModelParams, Params
 from playbook.server_check import ServerCheck, check_server
@@ -33,9 +34,9 @@ from playbook.source import sha256_of
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
 SYMBOLS_SCRIPT = Path(__file__).with_name("symbols_child.py")
-DLL_DIRECTORIES_VARIABLE = "PLAYBOOK_DLL_DIRECTORIES"  # read by child.py before it imports llama_cpp
 LIB_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python 0.3.36 loads libllama from there when set
 RESULT_PREFIX = "PLAYBOOK_RESULT "
+MTMD_SYMBOL = "llama_cpp.mtmd_cpp.mtmd_init_from_file"  # loads libmtmd: checked when the plan built it
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
 OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 # llama.cpp's own account of device memory: model weights, KV cache, compute and output buffers.
@@ -409,12 +410,14 @@ def run_verify(
     dll_directories: list[str] | None = None,
     extras: list[str] | None = None,
     find_links: str = "",
+    multimodal: bool = False,
 ) -> VerifyResult:
     """The whole verify step; every problem ends up in ``findings``, nothing raises past a bad wheel.
     Its files carry the build attempt in their names, so a retry never overwrites them.
 
     ``runtime_env`` and ``dll_directories`` (the plan's) reach every child; ``extras`` are installed
-    with the wheel, and the ``server`` extra is checked by starting the server on the model."""
+    with the wheel, and the ``server`` extra is checked by starting the server on the model. With
+    ``multimodal`` (the plan built libmtmd) the multimodal bindings must load too."""
     from playbook.model import describe_gguf
 
     logs = run_dir / "verify-logs" / f"attempt-{attempt}"
@@ -449,7 +452,8 @@ def run_verify(
         return result
     result.library_file = probe.result.get("library")
     log(f"llama.cpp library loaded: {result.library_file}")
-    findings += check_required_symbols(site_dir, params.verify.required_symbols, python, logs / "symbols.log", timeout,
+    symbols = [*params.verify.required_symbols, *([MTMD_SYMBOL] if multimodal else [])]
+    findings += check_required_symbols(site_dir, list(dict.fromkeys(symbols)), python, logs / "symbols.log", timeout,
                                        extra_env=extra_env)
     if not Path(probe.result["module"]).resolve().is_relative_to(site_dir.resolve()):
         line = f"playbook: llama_cpp imported from outside the wheel: {probe.result['module']} (expected under {site_dir})"
@@ -523,7 +527,8 @@ def run_verify(
 def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys.executable,
                            log_file: Path | None = None, timeout_s: float = 120,
                            extra_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """One ``missing-symbol`` finding per dotted name the installed wheel lacks (verify.required_symbols)."""
+    """One finding per dotted name the installed wheel lacks (verify.required_symbols): the known failure
+    when the knowledge base recognises why (``mtmd-not-built``), else ``missing-symbol``."""
     if not symbols:
         return []
     with tempfile.TemporaryDirectory(prefix="playbook-symbols-") as tmp:
@@ -532,7 +537,12 @@ def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys
     if outcome.status != "ok" or outcome.result is None:
         return [_finding("missing-symbol", f"{name}: the check did not run ({outcome.status}): "
                          f"{outcome.error_tail[-300:]}") for name in symbols]
-    return [_finding("missing-symbol", f"{name} not found: {reason}") for name, reason in outcome.result["missing"].items()]
+    findings = []
+    for name, reason in outcome.result["missing"].items():
+        known = diagnose_text(reason, stage="import")
+        findings.append(known[0].to_dict() if known and known[0].id != "shared-library-not-found"
+                        else _finding("missing-symbol", f"{name} not found: {reason}"))
+    return findings
 
 
 def _check_agreement(model_path: Path, n_layer: int, threads: int, params: Params, site_dir: Path, logs: Path,

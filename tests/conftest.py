@@ -59,7 +59,7 @@ DEV_WHEEL = Path("/tmp/cpubuild/wheelhouse/llama_cpp_python-0.3.36-py3-none-linu
 def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
     """A real wheel of the pinned llama-cpp-python, CPU-only: $PLAYBOOK_TEST_WHEEL, else the development
     VM's wheel, else built here once per session through ``run_build`` (-DGGML_NATIVE=OFF, and no
-    libmtmd, which nothing here loads: minutes on 2 cores; PLAYBOOK_TEST_BUILD_WHEEL=1 forces this).
+    libmtmd, which the plan leaves out by default: minutes on 2 cores; PLAYBOOK_TEST_BUILD_WHEEL=1 forces this).
     Skips where nothing can compile it."""
     import os
     import shutil
@@ -78,7 +78,6 @@ def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
     source, cache = pinned_source
     params = load_params(PARAMS_DIR / "cpu-portable.yaml", [f"build.cache_dir={cache}"])
     plan = configure(detect(), params)
-    plan.cmake_args.append("-DLLAVA_BUILD=OFF")
     run_dir = tmp_path_factory.mktemp("cpu-wheel")
     result = run_build(plan, source, run_dir, cache, {}, sys.executable, timeout_s=1800)
     if not result.ok or result.wheel is None:

@@ -28,6 +28,7 @@ FAILURES = DATA / "failures"
 CLEAN = DATA / "clean"
 
 REQUIRED_IDS = [
+    "mtmd-not-built",
     "deprecated-cuda-flag",
     "cuda-toolset-missing",
     "host-compiler-unsupported",
@@ -186,6 +187,7 @@ EXPECTED_REMEDIES = {
     "openmp-conflict": lambda r: r.cmake_args_add == ("-DGGML_OPENMP=OFF",),
     "cpu-amx-fault": lambda r: r.cmake_args_add == ("-DGGML_NATIVE=OFF",),
     "libcuda-stub-link": lambda r: r.cmake_args_add == ("-DGGML_CUDA_NO_VMM=ON",),
+    "mtmd-not-built": lambda r: r.cmake_args_add == ("-DLLAVA_BUILD=ON",),
 }
 
 

@@ -29,7 +29,7 @@ def test_windows_4070_cuda124_vs1710():
     assert set(shells) == {"powershell", "cmd"}
     assert shells["cmd"][0].startswith('call "C:\\Program Files\\Microsoft Visual Studio\\2022\\Community\\VC')
     assert "set \"CUDACXX=C:/Program Files/NVIDIA GPU Computing Toolkit/CUDA/v12.4/bin/nvcc.exe\"" in shells["cmd"]
-    assert "$env:CMAKE_ARGS = '-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=89'" in shells["powershell"]
+    assert "$env:CMAKE_ARGS = '-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=89 -DLLAVA_BUILD=OFF'" in shells["powershell"]
     assert {line.split("=")[0] for line in shells["cmd"][1:]} >= {'set "CMAKE_ARGS', 'set "FORCE_CMAKE', 'set "TEMP'}
 
 

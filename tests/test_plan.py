@@ -103,3 +103,28 @@ def test_no_remedy_means_no_new_plan(this_machine):
     plan = configure(this_machine, load_params(None, ["backend=cpu"]))
     assert apply_remedies(plan, [finding("nvcc-not-found")], this_machine) is None
     assert apply_remedies(plan, [], this_machine) is None
+
+
+def test_multimodal_library_is_left_out_unless_asked(this_machine):
+    facts = make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")], driver=DRIVER_580)
+    text_only = configure(facts, load_params())
+    assert "-DLLAVA_BUILD=OFF" in text_only.cmake_args and text_only.multimodal is False
+    decision = next(d for d in text_only.decisions if d.what == "multimodal library")
+    assert "build.multimodal: true" in decision.reason
+
+    asked = configure(facts, load_params(None, ["build.multimodal=true"]))
+    assert not any(a.startswith("-DLLAVA_BUILD") for a in asked.cmake_args) and asked.multimodal is True
+    needed = configure(facts, load_params(None, ["verify.required_symbols=['llama_cpp.mtmd_cpp.mtmd_free']"]))
+    assert needed.multimodal is True
+    assert "llama_cpp.mtmd_cpp.mtmd_free" in next(d for d in needed.decisions if d.what == "multimodal library").reason
+    by_hand = configure(facts, load_params(None, ["build.cmake_args=['-DLLAVA_BUILD=ON']"]))
+    assert by_hand.multimodal is True and by_hand.cmake_args.count("-DLLAVA_BUILD=ON") == 1
+    assert "-DLLAVA_BUILD=OFF" not in by_hand.cmake_args
+
+
+def test_missing_multimodal_library_is_repaired_by_building_it(this_machine):
+    plan = configure(this_machine, load_params(None, ["backend=cpu"]))
+    fixed = apply_remedies(plan, [finding("mtmd-not-built")], this_machine)
+    assert fixed is not None and fixed.multimodal is True
+    assert "-DLLAVA_BUILD=ON" in fixed.cmake_args and "-DLLAVA_BUILD=OFF" not in fixed.cmake_args
+    assert plan.multimodal is False

@@ -63,12 +63,26 @@ def test_required_symbols_are_checked_in_the_installed_package(tmp_path):
     assert check_required_symbols(tmp_path, [], sys.executable) == []
 
 
+def test_multimodal_module_without_its_library_is_the_known_failure(tmp_path):
+    """llama_cpp.mtmd_cpp raises at import when libmtmd is absent, as a wheel built with LLAVA_BUILD=OFF does."""
+    package = tmp_path / "llama_cpp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mtmd_cpp.py").write_text(
+        "raise FileNotFoundError(\"Shared library with base name 'mtmd' not found\")\n")
+    findings = check_required_symbols(tmp_path, ["llama_cpp.mtmd_cpp.mtmd_init_from_file"], sys.executable,
+                                      tmp_path / "symbols.log")
+    assert [f["id"] for f in findings] == ["mtmd-not-built"]
+    assert findings[0]["automatic"] is True and "LLAVA_BUILD=ON" in findings[0]["fix"]
+
+
 def test_prebuilt_lib_profile(tmp_path):
     library = tmp_path / "libllama.so"
     library.write_bytes(b"")
     plan = configure(machine("gpu-machine-h200"), profile("prebuilt-lib", f"build.prebuilt_lib={library}"))
     assert plan.backend == "prebuilt"
     assert plan.cmake_args[:2] == ["-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF"]
+    assert plan.cmake_args.count("-DLLAVA_BUILD=OFF") == 1 and plan.multimodal is False
     assert plan.runtime_env == {"LLAMA_CPP_LIB_PATH": str(tmp_path)}
     assert f"export LLAMA_CPP_LIB_PATH={tmp_path}" in plan.shell_commands["bash"]
 
