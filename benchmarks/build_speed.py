@@ -1,7 +1,8 @@
 """How long a wheel takes: a plain `pip wheel` as the guides do it, against the playbook's builds.
 
 Runs, one after another on this machine, from a cleared state:
-  (a) plain pip: `CMAKE_ARGS=... FORCE_CMAKE=1 pip wheel --no-cache-dir --no-deps <sdist>` (build isolation on)
+  (a) plain pip: `CMAKE_ARGS=... FORCE_CMAKE=1 pip wheel --no-cache-dir --no-deps <sdist>` (build isolation on;
+      offline, `--no-index --find-links` the plan's wheel folder, which must hold scikit-build-core)
   (b) the playbook, cold: empty cache folder (no ccache objects, no cached wheel)
   (c) the playbook after a one-flag change: a new fingerprint, ccache warm
   (d) the playbook with nothing changed: the wheel cache
@@ -23,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from playbook.build import run_build
+from playbook.build import NINJA_PROGRESS, run_build
 from playbook.detect import detect
 from playbook.params import load_params
 from playbook.plan import configure
@@ -33,13 +34,21 @@ from playbook.steps import toolchain
 ONE_FLAG = "-DLLAMA_FATAL_WARNINGS=OFF"  # changes the fingerprint, not the objects
 
 
-def plain_pip(sdist: str, cmake_args: str, out: Path) -> tuple[float, bool]:
+def plain_pip(sdist: str, cmake_args: str, out: Path, find_links: str = "") -> tuple[float, bool]:
+    """pip as the guides run it; on an offline machine the build requirements come from ``find_links``."""
     env = {**os.environ, "CMAKE_ARGS": cmake_args, "FORCE_CMAKE": "1"}
+    index = ["--no-index", "--find-links", find_links] if find_links else []
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", "-w", str(out), sdist],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", *index, "-w", str(out),
+                           sdist], env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - started
     (out / "plain-pip.log").write_text(proc.stdout + proc.stderr)
-    return time.monotonic() - started, proc.returncode == 0
+    return seconds, proc.returncode == 0
+
+
+def ninja_steps(log: str) -> str:
+    totals = [int(m.group(2)) for line in log.splitlines() if (m := NINJA_PROGRESS.match(line))]
+    return f"{totals[-1]} ninja steps" if totals else ""
 
 
 def main() -> None:
@@ -63,8 +72,8 @@ def main() -> None:
 
     rows = []
     (work / "a").mkdir(parents=True, exist_ok=True)
-    seconds, ok = plain_pip(source.path, plain_args, work / "a")
-    rows.append(("(a) plain pip wheel", seconds, ok, ""))
+    seconds, ok = plain_pip(source.path, plain_args, work / "a", plan.find_links)
+    rows.append(("(a) plain pip wheel", seconds, ok, ninja_steps((work / "a" / "plain-pip.log").read_text())))
     for label, case_plan, folder in (
         ("(b) playbook, cold", plan, "b"),
         ("(c) playbook, one flag changed", dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG]), "c"),
@@ -73,8 +82,9 @@ def main() -> None:
         started = time.monotonic()
         result = run_build(case_plan, source, work / folder, cache, tools, timeout_s=7200)
         seconds = time.monotonic() - started
-        detail = "wheel cache" if result.reused_wheel else (
-            f"ccache {result.ccache.hits} hits / {result.ccache.misses} misses" if result.ccache else "")
+        detail = "wheel cache" if result.reused_wheel else ", ".join(filter(None, [
+            f"{result.progress.total} ninja steps" if result.progress.total else "",
+            f"ccache {result.ccache.hits} hits / {result.ccache.misses} misses" if result.ccache else ""]))
         rows.append((label, seconds, result.ok, detail))
 
     base = rows[0][1]

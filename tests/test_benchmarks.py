@@ -15,3 +15,14 @@ def test_throughput_table_of_a_reference_run():
     assert abs(float(overhead)) < 0.05  # ms per generated token
     assert float(gpu_mib) == 1143.2 and 0 < float(share) < 100
     assert float(rows["0"][8]) < float(gpu_mib)  # with 0 layers only compute buffers sit on the GPU
+
+
+def test_build_speed_counts_the_ninja_steps_of_a_plain_pip_log():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import build_speed
+    finally:
+        sys.path.pop(0)
+    log = "  [1/140] g++ -c a.cpp\n  [2/140] g++ -c b.cpp\nnot progress [3/9]\n  [140/140] Linking CXX shared library\n"
+    assert build_speed.ninja_steps(log) == "140 ninja steps"
+    assert build_speed.ninja_steps("no ninja here") == ""
