@@ -34,10 +34,11 @@ from playbook.steps import toolchain
 ONE_FLAG = "-DLLAMA_FATAL_WARNINGS=OFF"  # changes the fingerprint, not the objects
 
 
-def plain_pip(sdist: str, cmake_args: str, out: Path, find_links: str = "") -> tuple[float, bool]:
+def plain_pip(sdist: str, cmake_args: str, out: Path, find_links: str = "", isolation: bool = True) -> tuple[float, bool]:
     """pip as the guides run it; on an offline machine the build requirements come from ``find_links``."""
     env = {**os.environ, "CMAKE_ARGS": cmake_args, "FORCE_CMAKE": "1"}
     index = ["--no-index", "--find-links", find_links] if find_links else []
+    index += [] if isolation else ["--no-build-isolation"]
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-cache-dir", "--no-deps", *index, "-w", str(out),
                            sdist], env=env, capture_output=True, text=True)
@@ -56,6 +57,9 @@ def main() -> None:
     parser.add_argument("--params", type=Path, default=Path("params/cpu.yaml"))
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--plain-no-build-isolation", action="store_true",
+                        help="(a) builds against the installed scikit-build-core, CMake and ninja, as offline guides "
+                             "do where no index serves the isolated build environment its CMake")
     args = parser.parse_args()
 
     work = args.work or Path(tempfile.mkdtemp(prefix="build-speed-"))
@@ -72,8 +76,8 @@ def main() -> None:
 
     rows = []
     (work / "a").mkdir(parents=True, exist_ok=True)
-    seconds, ok = plain_pip(source.path, plain_args, work / "a", plan.find_links)
-    rows.append(("(a) plain pip wheel", seconds, ok, ninja_steps((work / "a" / "plain-pip.log").read_text())))
+    seconds, ok = plain_pip(source.path, plain_args, work / "a", plan.find_links, not args.plain_no_build_isolation)
+    rows.append(("(a) plain pip wheel" + (" --no-build-isolation" if args.plain_no_build_isolation else ""), seconds, ok, ninja_steps((work / "a" / "plain-pip.log").read_text())))
     for label, case_plan, folder in (
         ("(b) playbook, cold", plan, "b"),
         ("(c) playbook, one flag changed", dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG]), "c"),
@@ -89,9 +93,9 @@ def main() -> None:
 
     base = rows[0][1]
     print(f"{facts.cpu.model}, {facts.cpu.logical_cores} cores; CMAKE_ARGS={plain_args}")
-    print(f"{'case':34} {'wall s':>8} {'ratio':>7}  ok   detail")
+    print(f"{'case':56} {'wall s':>8} {'ratio':>7}  ok   detail")
     for label, seconds, ok, detail in rows:
-        print(f"{label:34} {seconds:8.1f} {seconds / base:7.3f}  {'yes' if ok else 'NO ':3}  {detail}")
+        print(f"{label:56} {seconds:8.1f} {seconds / base:7.3f}  {'yes' if ok else 'NO ':3}  {detail}")
 
 
 if __name__ == "__main__":

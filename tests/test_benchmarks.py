@@ -26,3 +26,15 @@ def test_build_speed_counts_the_ninja_steps_of_a_plain_pip_log():
     log = "  [1/140] g++ -c a.cpp\n  [2/140] g++ -c b.cpp\nnot progress [3/9]\n  [140/140] Linking CXX shared library\n"
     assert build_speed.ninja_steps(log) == "140 ninja steps"
     assert build_speed.ninja_steps("no ninja here") == ""
+
+
+def test_throughput_table_of_the_7b_reference_run():
+    run = ROOT / "outputs" / "reference" / "20261122T031414Z-vm"
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput_table.py"), str(run)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "synthetic-llama-7b-Q4_0" in out and "tg limit 1270 t/s" in out
+    rows = {line.split()[0]: [float(x) for x in line.split()[1:9]] for line in out.splitlines()[2:] if line.strip()}
+    assert sorted(map(int, rows)) == [0, 7, 13, 20, 26, 33]
+    full = rows["33"]
+    assert 0.9 < full[4] < 1.1 and 0.9 < full[5] < 1.1  # pp and tg within 10% of llama-bench
+    assert full[1] > 10 * rows["0"][1]  # generation with every layer on the GPU is >10x none
