@@ -140,6 +140,24 @@ def load_params(path: Path | None = None, overrides: list[str] | None = None) ->
     return params
 
 
+def with_changes(params: Params, changes: dict[str, Any]) -> Params:
+    """A copy of ``params`` with dotted keys set to new values (``{"build.jobs": 4}``), checked like a file."""
+    document = params.to_dict()
+    for key, value in changes.items():
+        *parents, leaf = key.split(".")
+        node = document
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise ParameterError(f"unknown parameter group {part!r} in {key}")
+            node = node[part]
+        if leaf not in node:
+            raise ParameterError(f"unknown parameter {key!r}")
+        node[leaf] = value
+    changed = params_from_dict(document)
+    check_params(changed)
+    return changed
+
+
 def params_from_dict(document: dict[str, Any]) -> Params:
     return typing.cast(Params, _build(Params, document, prefix=""))
 

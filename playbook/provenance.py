@@ -73,7 +73,7 @@ class RunFolder:
             path = output_root / f"{run_id}-{suffix}"
         path.mkdir(parents=True)
         folder = cls(path)
-        (path / PARAMS_FILE).write_text(json.dumps(params.to_dict(), indent=2) + "\n")
+        folder.save_params(params)
         # The command line may carry a secret (--set build.env.X=...); params.json keeps the value
         # for the steps until the run ends (runner._finish redacts the folder).
         folder.save_record(RunRecord(run_id=path.name, started=utc_now(), params_source=redact_text(params_source)))
@@ -85,6 +85,9 @@ class RunFolder:
 
     def params(self) -> Params:
         return params_from_dict(json.loads((self.path / PARAMS_FILE).read_text()))
+
+    def save_params(self, params: Params) -> None:
+        (self.path / PARAMS_FILE).write_text(json.dumps(params.to_dict(), indent=2) + "\n")
 
     def record(self) -> RunRecord:
         return read_facts(RunRecord, self.path / RUN_FILE)

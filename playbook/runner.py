@@ -14,44 +14,78 @@ from playbook.attest import write_attestation
 from playbook.build import BuildResult
 from playbook.errors import StepFailed
 from playbook.facts import read_facts
+from playbook.history import archive_rerun
 from playbook.params import Params, load_params
 from playbook.provenance import RunFolder, RunRecord, StepRecord, utc_now
 from playbook.redact import redact_file, redact_folder, run_secrets
-from playbook.steps import Diagnosis, fetch_source
+from playbook.steps import DETECT_FILE, PLAN_FILE, Diagnosis, fetch_source
 from playbook.verify import VerifyResult
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 STEP_NUMBERS = {"detect": 1, "configure": 2, "build": 3, "repair": 4, "verify": 5}
 OUTPUT_ROOT = Path(__file__).resolve().parent.parent / "outputs"
+OUTPUT_ROOT_VARIABLE = "LLAMA_PLAYBOOK_OUTPUTS"  # where notebooks opened by hand put new run folders
 
 log = logging.getLogger("playbook")
 
 
-def open_run(run_dir: str | Path = "", params_file: str | Path | None = None, new: bool = False) -> RunFolder:
+def default_output_root() -> Path:
+    """``$LLAMA_PLAYBOOK_OUTPUTS`` when set, else ``outputs/`` of this checkout."""
+    return Path(os.environ.get(OUTPUT_ROOT_VARIABLE) or OUTPUT_ROOT)
+
+
+def open_run(run_dir: str | Path = "", params_file: str | Path | None = None, new: bool = False,
+             output_root: Path | None = None) -> RunFolder:
     """The run folder a notebook works in. Opened by hand with ``run_dir`` empty: the detect
     notebook (``new=True``) starts a new run with ``params_file`` (default parameters); the
-    later steps continue the newest run under ``outputs/``."""
+    later steps continue the newest run under ``output_root`` (default: :func:`default_output_root`)."""
     if run_dir:
         return RunFolder(Path(run_dir))
+    output_root = output_root or default_output_root()
     if not new:
-        runs = sorted(p for p in OUTPUT_ROOT.glob("*/run.json") if p.parent.name != "reference")
+        runs = sorted(p for p in output_root.glob("*/run.json") if p.parent.name != "reference")
         if not runs:
             raise StepFailed("no run folder under outputs/ yet: run the detect notebook first, or set run_dir")
         print(f"continuing the newest run: {runs[-1].parent}")
         return RunFolder(runs[-1].parent)
     params = load_params(Path(params_file) if params_file else None)
-    run = RunFolder.create(OUTPUT_ROOT, params, str(params_file or "params/default.yaml"))
+    run = RunFolder.create(output_root, params, str(params_file or "params/default.yaml"))
     print(f"new run folder: {run.path}")
     return run
+
+
+def next_step(run: RunFolder) -> tuple[str, int] | None:
+    """The step the chain runs next in this folder and its attempt; None when the chain has ended
+    (verified, or failed with no remedy left)."""
+    if not run.file(DETECT_FILE).is_file():
+        return "detect", 1
+    if not run.file(PLAN_FILE).is_file():
+        return "configure", 1
+    attempt = max(1, run.latest_attempt("plan"))
+    if not run.attempt_file("build", attempt).is_file():
+        return "build", attempt
+    if read_facts(BuildResult, run.attempt_file("build", attempt)).ok:
+        if not run.attempt_file("verify", attempt).is_file():
+            return "verify", attempt
+        if read_facts(VerifyResult, run.attempt_file("verify", attempt)).ok:
+            return None
+    if not run.attempt_file("diagnosis", attempt).is_file():
+        return "repair", attempt
+    return None
 
 
 def execute_step(run: RunFolder, step: str, attempt: int | None = None, **parameters: Any) -> StepRecord:
     """Execute one step notebook into the run folder; a failing notebook is recorded, then raised."""
     output = run.notebook(STEP_NUMBERS[step], step, attempt)
+    earlier = archive_rerun(run.path, step, attempt or 1)
+    if earlier is not None:
+        log.info("%s ran before: its earlier files and those of the steps after it are kept in %s",
+                 step, earlier.relative_to(run.path))
     parameters = {"run_dir": str(run.path), "interactive": False, **({"attempt": attempt} if attempt else {}), **parameters}
     started, clock = utc_now(), time.monotonic()
     log.info("▶ %s%s → %s", step, f" (attempt {attempt})" if attempt else "", output.name)
-    record = StepRecord(step, output.name, "ok", started, 0.0, attempt or 1)
+    record = StepRecord(step, output.name, "ok", started, 0.0, attempt or 1,
+                        f"ran again; the earlier run is in {earlier.relative_to(run.path)}" if earlier else "")
     try:
         papermill.execute_notebook(
             str(NOTEBOOKS / f"{step}.ipynb"),
@@ -63,7 +97,8 @@ def execute_step(run: RunFolder, step: str, attempt: int | None = None, **parame
             progress_bar=False,
         )
     except papermill.PapermillExecutionError as err:
-        record.outcome, record.message = "error", f"{err.ename}: {err.evalue}"
+        record.outcome = "error"
+        record.message = "; ".join(filter(None, [f"{err.ename}: {err.evalue}", record.message]))
     finally:
         # The executed notebook is for reading only (facts travel in JSON files): redact it now.
         if output.is_file():

@@ -1,0 +1,131 @@
+"""The walkthrough's logic and widgets, driven without a browser (tests/test_browser.py drives it in one)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+
+from playbook.errors import ParameterError, PlaybookError
+from playbook.params import load_params
+from playbook.plan import configure
+from playbook.provenance import RunFolder
+from playbook.runner import next_step
+from playbook.walkthrough import Choices, Walkthrough, apply_choices, latest_progress, parse_layer_counts
+
+ROOT = Path(__file__).resolve().parent.parent
+TWO_ATTEMPTS = ROOT / "outputs" / "reference" / "20261122T011010Z-vm"
+
+
+def choices(this_machine, *overrides):
+    params = load_params(None, list(overrides))
+    return params, Choices.from_plan(params, configure(this_machine, params))
+
+
+def test_choices_default_to_the_plan(this_machine):
+    params, shown = choices(this_machine, "backend=cpu", "build.jobs=3")
+    assert (shown.backend, shown.jobs, shown.source_version) == ("cpu", 3, "0.3.36")
+    assert shown.n_gpu_layers == "0"  # no GPU offload: verify measures 0 layers only
+
+
+def test_only_changed_choices_become_parameters(this_machine, tmp_path):
+    _, shown = choices(this_machine, "backend=cpu")
+    same = Choices(**vars(shown))
+    assert same.changes_from(shown) == {}
+    changed = Choices(**{**vars(shown), "jobs": 1, "n_gpu_layers": "0, 4 ,8", "source_path": str(tmp_path)})
+    assert changed.changes_from(shown) == {"build.jobs": 1, "verify.n_gpu_layers": [0, 4, 8],
+                                           "source.kind": "path", "source.path": str(tmp_path)}
+    with pytest.raises(PlaybookError, match="whole numbers separated by commas"):
+        parse_layer_counts("0, all")
+
+
+def new_run(tmp_path) -> RunFolder:
+    return RunFolder.create(tmp_path / "outputs", load_params(), "params/default.yaml")
+
+
+def test_a_bad_choice_changes_nothing(tmp_path):
+    run = new_run(tmp_path)
+    before = run.file("params.json").read_text()
+    with pytest.raises(ParameterError, match="model.path"):
+        apply_choices(run, {"model.path": str(tmp_path / "missing.gguf")})
+    assert run.file("params.json").read_text() == before and not (run.path / "history").exists()
+
+
+def test_a_good_choice_keeps_the_earlier_parameters(tmp_path):
+    run = new_run(tmp_path)
+    before = run.file("params.json").read_text()
+    apply_choices(run, {"build.jobs": 1, "model.quant": "F16"})
+    assert run.params().build.jobs == 1 and run.params().model.quant == "F16"
+    assert (run.path / "history" / "001-params" / "params.json").read_text() == before
+    assert run.record().params_source.endswith("+ choices: build.jobs=1 model.quant=F16")
+
+
+def test_latest_progress_reads_ninja_lines(tmp_path):
+    log = tmp_path / "build-attempt-1.log"
+    assert latest_progress(log) == (0, 0)
+    log.write_text("-- Configuring done\n  [1/140] g++ a.cpp\n  [57/140] g++ b.cpp\nwarning: [9/9] is not ninja\n")
+    assert latest_progress(log) == (57, 140)
+
+
+def test_next_step_follows_the_chain(tmp_path):
+    run = RunFolder(shutil.copytree(TWO_ATTEMPTS, tmp_path / "run", ignore=shutil.ignore_patterns("report")))
+    assert next_step(run) is None  # verified on attempt 2
+    run.attempt_file("verify", 2).unlink()
+    assert next_step(run) == ("verify", 2)
+    for name in ("build-attempt-2.json", "plan-attempt-2.json"):
+        run.file(name).unlink()
+    assert next_step(run) is None  # attempt 1 is diagnosed, and its repaired plan is gone
+    run.file("diagnosis-attempt-1.json").unlink()
+    assert next_step(run) == ("repair", 1)  # verify of attempt 1 failed (no kernel image)
+    run.file("plan.json").unlink()
+    assert next_step(run) == ("configure", 1)
+    run.file("detect.json").unlink()
+    assert next_step(run) == ("detect", 1)
+
+
+def test_buttons_run_detect_and_configure_then_a_choice_plans_again(tmp_path):
+    """The real steps (papermill kernels), pressed through the widgets as a person would."""
+    walk = Walkthrough(params_file="params/cpu.yaml", output_root=str(tmp_path / "outputs"))
+    box = walk.show()
+    assert walk.next_button.description == "run next step: detect" and walk.run is None
+    walk.next_button.click()
+    walk.wait(300)
+    assert "logical cores" in walk.sections["detect"].value, walk.status.value
+    assert walk.next_button.description == "run next step: configure"
+    walk.next_button.click()
+    walk.wait(300)
+    assert "CMAKE_ARGS=-DGGML_CUDA=off" in walk.sections["configure"].value, walk.status.value
+    assert walk.next_button.description == "run next step: build (attempt 1)"
+    assert walk.fields["backend"].value == "cpu" and walk.fields["jobs"].value == walk.choices.jobs
+
+    walk.fields["jobs"].value = 1
+    apply_button = walk.form.children[-1]
+    apply_button.click()
+    walk.wait(300)
+    run = walk.run
+    assert run.params().build.jobs == 1
+    assert "1 parallel jobs" in walk.sections["configure"].value, walk.status.value
+    history = sorted(p.name for p in (run.path / "history").iterdir())
+    assert history == ["001-params", "002-configure"]
+    assert (run.path / "history" / "002-configure" / "02-configure.ipynb").is_file()
+    steps = run.record().steps
+    assert [s.step for s in steps] == ["detect", "configure", "configure"]
+    assert "history/002-configure" in steps[-1].message
+    manifest = json.loads(run.file("manifest.json").read_text())["files"]
+    assert "history/002-configure/plan-attempt-1.json" in manifest
+    assert box is not None
+
+
+def test_headless_walkthrough_runs_the_steps_in_turn(tmp_path):
+    output = tmp_path / "walkthrough.ipynb"
+    papermill.execute_notebook(
+        str(ROOT / "notebooks" / "00-walkthrough.ipynb"), str(output), kernel_name="python3", cwd=str(ROOT / "notebooks"),
+        parameters={"interactive": False, "params_file": "params/cpu.yaml", "stop_after": "configure",
+                    "output_root": str(tmp_path / "outputs")}, progress_bar=False)
+    (run_dir,) = (tmp_path / "outputs").iterdir()
+    assert sorted(p.name for p in run_dir.glob("*.ipynb")) == ["01-detect.ipynb", "02-configure.ipynb"]
+    executed = nbformat.read(output, as_version=4)
+    assert not any(o.get("data", {}).get("application/vnd.jupyter.widget-view+json")
+                   for c in executed.cells for o in c.get("outputs", []))
