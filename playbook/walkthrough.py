@@ -146,7 +146,8 @@ def params_path(name: str) -> Path:
 
 
 def table_html(frame: Any) -> str:
-    return frame.to_html(classes="playbook-table", border=0, escape=True)
+    """A DataFrame as HTML; a row number is no information, so only a named index is shown."""
+    return frame.to_html(classes="playbook-table", border=0, escape=True, index=frame.index.name is not None)
 
 
 class Walkthrough:
@@ -174,7 +175,7 @@ class Walkthrough:
         self.detect_again = w.Button(description="detect again", layout=w.Layout(width="auto"))
         self.detect_again.on_click(lambda _: self.start("detect", 1))
         self.sections = {name: w.HTML() for name in ("detect", "configure", "build", "repair", "verify")}
-        self.form = w.VBox()
+        self.form = w.VBox(layout=w.Layout(align_items="flex-start"))
         self.build_bar = w.IntProgress(min=0, max=1, description="compiling")
         self.build_label = w.Label()
         self.sweep_bar = w.IntProgress(min=0, max=1, description="sweeping")

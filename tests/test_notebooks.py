@@ -16,7 +16,7 @@ from playbook.provenance import RunFolder
 from playbook.runner import NOTEBOOKS, execute_step
 from playbook.steps import Diagnosis
 
-STEPS = ("detect", "configure", "build", "repair", "verify")
+STEPS = ("detect", "configure", "build", "repair", "verify", "00-walkthrough")
 
 
 def cmake_project(tmp_path: Path) -> Path:

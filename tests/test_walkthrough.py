@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import nbformat
@@ -129,3 +130,59 @@ def test_headless_walkthrough_runs_the_steps_in_turn(tmp_path):
     executed = nbformat.read(output, as_version=4)
     assert not any(o.get("data", {}).get("application/vnd.jupyter.widget-view+json")
                    for c in executed.cells for o in c.get("outputs", []))
+
+
+def test_a_finished_run_shows_its_build_repair_and_verify(tmp_path):
+    run_dir = shutil.copytree(TWO_ATTEMPTS, tmp_path / "run", ignore=shutil.ignore_patterns("report"))
+    walk = Walkthrough(run_dir=str(run_dir))
+    assert walk.next_button.description == "chain ended" and walk.next_button.disabled
+    assert "Ubuntu" in walk.sections["detect"].value or "NVIDIA H200" in walk.sections["detect"].value
+    assert "-DCMAKE_CUDA_ARCHITECTURES=90" in walk.sections["configure"].value  # the plan now: repaired, attempt 2
+    assert walk.fields["cuda_architectures"].value == "80-real"  # the choices: the person's plan, attempt 1
+    assert "built" in walk.sections["build"].value and walk.build_label.value.startswith("attempt 2: built")
+    assert "no-kernel-image" in walk.sections["repair"].value
+    assert "applied no-kernel-image; attempt 2 of 3 will build" in walk.sections["repair"].value
+    assert walk.sweep_bar.value == walk.sweep_bar.max > 1
+    assert walk.plot.value[:8] == b"\x89PNG\r\n\x1a\n" and walk.plot.layout.display is None
+
+
+def test_progress_bars_follow_the_build_log_and_the_sweep(tmp_path):
+    seen = {}
+
+    def fake_execute(run, step, attempt):
+        if step == "build":
+            log = run.attempt_file("build", attempt, ".log")
+            log.write_text("-- Configuring done\n")
+            time.sleep(1.2)
+            seen["configuring"] = walk.build_label.value
+            log.write_text("-- Configuring done\n  [1/10] cc a.c\n  [5/10] cc e.c\n")
+            time.sleep(1.2)
+            seen["build"] = (walk.build_bar.value, walk.build_bar.max, walk.build_label.value)
+        if step == "verify":
+            logs = run.path / "verify-logs" / f"attempt-{attempt}"
+            logs.mkdir(parents=True)
+            (logs / "bench-ngl-0.log").write_text("")
+            (logs / "bench-ngl-3.log").write_text("")
+            time.sleep(1.2)
+            seen["verify"] = (walk.sweep_bar.value, walk.sweep_label.value)
+
+    walk = Walkthrough(params_file="params/cpu.yaml", output_root=str(tmp_path / "outputs"), execute=fake_execute)
+    walk.start("build", 1)
+    walk.wait(30)
+    assert seen["configuring"].startswith("configuring")
+    assert seen["build"][:2] == (5, 10) and seen["build"][2].startswith("[5/10]")
+    walk.start("verify", 1)
+    walk.wait(30)
+    assert seen["verify"] == (2, "2 of 2 layer counts measured")
+    assert walk.status.value.startswith("verify done")
+
+
+def test_a_failing_step_is_shown_not_raised(tmp_path):
+    def failing(run, step, attempt):
+        raise RuntimeError("the step notebook raised")
+
+    walk = Walkthrough(params_file="params/cpu.yaml", output_root=str(tmp_path / "outputs"), execute=failing)
+    walk.next_button.click()
+    walk.wait(30)
+    assert "detect failed" in walk.status.value and "the step notebook raised" in walk.status.value
+    assert not walk.next_button.disabled  # the person can try again
