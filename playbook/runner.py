@@ -54,6 +54,18 @@ def open_run(run_dir: str | Path = "", params_file: str | Path | None = None, ne
     return run
 
 
+def open_step(run_dir: str | Path, step: str, attempt: int = 1, interactive: bool = False) -> RunFolder:
+    """The run folder for a step notebook (see :func:`open_run`). Run by a person (``interactive``),
+    a step that ran before first moves its earlier files, and those of the steps after it, to
+    ``history/`` (:func:`playbook.history.archive_rerun`); papermill runs leave that to :func:`execute_step`."""
+    run = open_run(run_dir, new=step == "detect")
+    if interactive:
+        kept = archive_rerun(run.path, step, attempt or max(1, run.latest_attempt("build")))
+        if kept is not None:
+            print(f"{step} ran before in this run: its earlier files are kept in {kept.relative_to(run.path)}")
+    return run
+
+
 def next_step(run: RunFolder) -> tuple[str, int] | None:
     """The step the chain runs next in this folder and its attempt; None when the chain has ended
     (verified, or failed with no remedy left)."""

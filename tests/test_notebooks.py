@@ -91,3 +91,20 @@ def test_opened_by_hand_detect_starts_a_run_and_later_steps_continue_it(tmp_path
     started = runner.open_run(new=True)
     assert runner.open_run().path == started.path
     assert runner.open_run(started.path).path == started.path
+
+
+def test_a_step_run_again_by_hand_keeps_the_earlier_one(tmp_path):
+    """A person re-runs the configure notebook on a run folder (interactive, as in JupyterLab)."""
+    import papermill
+
+    run = new_run(tmp_path)
+    execute_step(run, "detect")
+    execute_step(run, "configure")
+    first_plan = run.file("plan-attempt-1.json").read_text()
+    papermill.execute_notebook(str(NOTEBOOKS / "configure.ipynb"), str(tmp_path / "by-hand.ipynb"),
+                               parameters={"run_dir": str(run.path), "interactive": True},
+                               kernel_name="python3", progress_bar=False)
+    kept = run.path / "history" / "001-configure"
+    assert (kept / "02-configure.ipynb").is_file() and (kept / "plan-attempt-1.json").read_text() == first_plan
+    assert run.file("plan-attempt-1.json").is_file() and run.file("01-detect.ipynb").is_file()
+    assert "its earlier files are kept in history/001-configure" in (tmp_path / "by-hand.ipynb").read_text()
