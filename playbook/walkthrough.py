@@ -124,12 +124,16 @@ def apply_choices(run: RunFolder, changes: dict[str, Any]) -> Params:
     return params
 
 
-def latest_progress(log_file: Path) -> tuple[int, int]:
-    """ninja's last ``[n/N]`` in a build log; (0, 0) before CMake's build starts."""
+def latest_progress(log_file: Path, tail_bytes: int = 64 * 1024) -> tuple[int, int]:
+    """ninja's last ``[n/N]`` in a build log (its tail: a CUDA build's log runs to megabytes);
+    (0, 0) before CMake's build starts."""
     if not log_file.is_file():
         return 0, 0
+    with log_file.open("rb") as stream:
+        stream.seek(max(0, log_file.stat().st_size - tail_bytes))
+        tail = stream.read().decode(errors="replace")
     done = total = 0
-    for line in log_file.read_text(errors="replace").splitlines():
+    for line in tail.splitlines():
         if match := NINJA_PROGRESS.match(line):
             done, total = int(match.group(1)), int(match.group(2))
     return done, total
@@ -163,6 +167,7 @@ class Walkthrough:
         self.run: RunFolder | None = open_run(run_dir) if run_dir else None
         self.worker: threading.Thread | None = None
         self.choices: Choices | None = None
+        self.fields: dict[str, Any] = {}  # the choice widgets, by Choices field name
 
         profiles = sorted(str(p.relative_to(PARAMS_DIR.parent)) for p in PARAMS_DIR.glob("*.yaml"))
         wanted = params_file or "params/default.yaml"

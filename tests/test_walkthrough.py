@@ -186,3 +186,10 @@ def test_a_failing_step_is_shown_not_raised(tmp_path):
     walk.wait(30)
     assert "detect failed" in walk.status.value and "the step notebook raised" in walk.status.value
     assert not walk.next_button.disabled  # the person can try again
+
+
+def test_latest_progress_reads_only_the_tail_of_a_long_log(tmp_path):
+    log = tmp_path / "build-attempt-1.log"
+    log.write_text("  [1/300] nvcc first.cu\n" + "x" * 200_000 + "\n  [299/300] nvcc last.cu\n")
+    assert latest_progress(log) == (299, 300)
+    assert latest_progress(log, tail_bytes=10) == (0, 0)  # the last line cut: no whole [n/N] line in 10 bytes
