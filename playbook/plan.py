@@ -227,6 +227,10 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
         cmake_args = [a for a in cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
         decisions.append(Decision("cmake argument", arg, "given in parameters build.cmake_args"))
     warnings += [problem for arg in cmake_args if (problem := compatibility.renamed_option_problem(arg))]
+    needs_mtmd = [s for s in params.verify.required_symbols if s.startswith(MTMD_MODULE)]
+    if needs_mtmd and not multimodal_built(cmake_args):
+        warnings.append(f"-D{MULTIMODAL_OPTION}=OFF leaves libmtmd out, but verify.required_symbols names "
+                        f"{', '.join(needs_mtmd)}: verify will report mtmd-not-built; drop the argument")
     if params.build.extras:
         decisions.append(Decision("extras", ",".join(params.build.extras),
                                   f"llama-cpp-python[{','.join(params.build.extras)}] asked for in build.extras"))

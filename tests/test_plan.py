@@ -120,6 +120,10 @@ def test_multimodal_library_is_left_out_unless_asked(this_machine):
     by_hand = configure(facts, load_params(None, ["build.cmake_args=['-DLLAVA_BUILD=ON']"]))
     assert by_hand.multimodal is True and by_hand.cmake_args.count("-DLLAVA_BUILD=ON") == 1
     assert "-DLLAVA_BUILD=OFF" not in by_hand.cmake_args
+    conflict = configure(facts, load_params(None, ["build.cmake_args=['-DLLAVA_BUILD=OFF']",
+                                                   "verify.required_symbols=['llama_cpp.mtmd_cpp.mtmd_free']"]))
+    assert conflict.multimodal is False and any("verify will report mtmd-not-built" in w for w in conflict.warnings)
+    assert not any("mtmd-not-built" in w for w in needed.warnings)
 
 
 def test_missing_multimodal_library_is_repaired_by_building_it(this_machine):
