@@ -22,7 +22,8 @@ from playbook.facts import read_facts, write_facts
 from playbook.plan import BuildPlan, apply_remedies, configure
 from playbook.provenance import RunFolder
 from playbook.source import SourceInfo, resolve_params_source
-from playbook.verify import VerifyResult, gpu_bandwidth_gb_per_s, run_verify
+from playbook.throughput import gpu_bandwidth_gb_per_s
+from playbook.verify import VerifyResult, run_verify
 
 DETECT_FILE = "detect.json"
 PLAN_FILE = "plan.json"

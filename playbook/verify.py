@@ -1,93 +1,40 @@
 """Verify: install the wheel in isolation, load a GGUF on the GPU, check it, measure it.
 
-Everything that touches ``llama_cpp`` runs in a child process (``playbook/child.py``) with a
-watchdog: a crash or a hang is recorded as a finding and the sweep goes on.
+Everything that touches ``llama_cpp`` runs in a child process (``playbook/children.py``) with a
+watchdog: a crash or a hang is recorded as a finding and the sweep goes on. The logit comparison is
+``playbook/agreement.py``, the sweep's points, CSV and plot ``playbook/throughput.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from playbook.agreement import Agreement, compare_logits
 from playbook.bench import LlamaBench
+from playbook.children import SYMBOLS_SCRIPT, ChildOutcome, child_env, install_wheel, plan_child_env, run_child
 from playbook.diagnose import diagnose_text
-from playbook.dll_directories import DLL_DIRECTORIES_VARIABLE  # read by the children before llama_cpp
 from playbook.errors import PlaybookError
 from playbook.params import ModelParams, Params
 from playbook.server_check import ServerCheck, check_server
 from playbook.source import sha256_of
+from playbook.throughput import (
+    SweepPoint,
+    compare_with_yardsticks,
+    default_threads,
+    layer_counts,
+    plot_throughput,
+    sweep_point,
+    write_sweep_csv,
+)
 
-CHILD_SCRIPT = Path(__file__).with_name("child.py")
-SYMBOLS_SCRIPT = Path(__file__).with_name("symbols_child.py")
 LIB_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python 0.3.36 loads libllama from there when set
-RESULT_PREFIX = "PLAYBOOK_RESULT "
 MTMD_SYMBOL = "llama_cpp.mtmd_cpp.mtmd_init_from_file"  # loads libmtmd: checked when the plan built it
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
-OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-# llama.cpp's own account of device memory: model weights, KV cache, compute and output buffers.
-GPU_BUFFER_LINE = re.compile(r"\b(?:CUDA|Metal|Vulkan|ROCm)\d* (?:model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
-
-
-@dataclass
-class ChildOutcome:
-    """What one child process did: ``status`` is ok, error, crash or hang."""
-
-    status: str
-    returncode: int | None
-    duration_s: float
-    log_file: str
-    result: dict[str, Any] | None = None
-    signal_name: str = ""
-    error_tail: str = ""
-    findings: list[dict[str, Any]] = field(default_factory=list)
-    offloaded_layers: int | None = None
-    offloadable_layers: int | None = None
-    gpu_memory_mib: float | None = None
-
-
-@dataclass
-class Agreement:
-    positions: int
-    relative_error: float
-    top1_agreement: float
-    max_relative_error: float
-    min_top1_agreement: float
-    ok: bool
-    top1_in_cpu_top5: float = 0.0  # near-ties in random-weight models swap places; this shows it
-
-
-@dataclass
-class SweepPoint:
-    n_gpu_layers: int
-    status: str
-    offloaded_layers: int | None = None
-    pp_tokens_per_s: float | None = None
-    pp_stdev: float | None = None
-    tg_tokens_per_s: float | None = None
-    tg_stdev: float | None = None
-    load_s: float | None = None
-    bench_pp_tokens_per_s: float | None = None  # llama-bench on the same model and layer count
-    bench_tg_tokens_per_s: float | None = None
-    pp_ratio: float | None = None  # ours / llama-bench
-    tg_ratio: float | None = None
-    tg_bandwidth_fraction: float | None = None  # of the memory-bandwidth limit, at full offload
-    tg_overhead_ms_per_token: float | None = None  # our time per generated token minus llama-bench's
-    gpu_memory_mib: float | None = None
 
 
 @dataclass
@@ -116,246 +63,34 @@ class VerifyResult:
     server: ServerCheck | None = None  # python -m llama_cpp.server, when the plan has the server extra
 
 
-def install_wheel(wheel: Path, site_dir: Path, python: str = sys.executable, extras: list[str] | None = None,
-                  find_links: str = "") -> subprocess.CompletedProcess[str]:
-    """Install the wheel alone into ``site_dir`` (its dependencies come from the playbook's environment).
-    With ``extras`` it is installed as ``wheel[extras]`` with its dependencies, from the package index
-    (or only from ``find_links`` when given): the extras' packages are not in the playbook's environment."""
-    if site_dir.exists():
-        shutil.rmtree(site_dir)
-    args = [python, "-m", "pip", "install", "--no-compile", "--target", str(site_dir)]
-    if not extras:
-        args += ["--no-deps", "--no-index", str(wheel)]
-    else:
-        if find_links:
-            args += ["--no-index", "--find-links", find_links]
-        args.append(f"{wheel.resolve()}[{','.join(extras)}]")
-    return subprocess.run(args, check=False, capture_output=True, text=True)
 
 
-def plan_child_env(runtime_env: dict[str, str] | None = None, dll_directories: list[str] | None = None) -> dict[str, str]:
-    """The variables the plan says the built package needs when imported (``runtime_env``, e.g.
-    LLAMA_CPP_LIB_PATH), and its DLL folders for child.py's ``os.add_dll_directory``."""
-    env = dict(runtime_env or {})
-    if dll_directories:
-        env[DLL_DIRECTORIES_VARIABLE] = os.pathsep.join(dll_directories)
-    return env
 
 
-def child_env(site_dir: Path, extra_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The wheel's folder first; an inherited PYTHONPATH after it, since the wheel's own
-    dependencies (numpy, diskcache, jinja2) may live there on an offline machine. ``extra_env``
-    (from :func:`plan_child_env`) goes on top."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONSTARTUP")}
-    env.update(extra_env or {})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site_dir), os.environ.get("PYTHONPATH", "")]))
-    env["PYTHONNOUSERSITE"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONFAULTHANDLER"] = "1"  # a segfault prints the Python stack to the archived log
-    return env
 
 
-def run_child(
-    args: list[str],
-    site_dir: Path,
-    log_file: Path,
-    timeout_s: float,
-    python: str = sys.executable,
-    script: Path = CHILD_SCRIPT,
-    expected: tuple[str, ...] = (),
-    extra_env: dict[str, str] | None = None,
-) -> ChildOutcome:
-    """Run ``script args`` from an empty folder; a crash or a hang becomes a finding.
-    ``expected`` names findings that are no fault here (``offloaded 0/N`` when asked for 0 layers)."""
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="playbook-child-") as clean_dir, log_file.open("w") as log:
-        log.write(f"playbook: {python} {script.name} {' '.join(args)}\n")
-        log.flush()
-        proc = subprocess.Popen(
-            [python, str(script), *args],
-            cwd=clean_dir,
-            env=child_env(site_dir, extra_env),
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            stdout, _ = proc.communicate(timeout=timeout_s)
-            hung = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, _ = proc.communicate()
-            hung = True
-        duration = time.monotonic() - started
-        log.write(stdout)
-        log.write("\n")  # a crashing child leaves its last stderr line unterminated
-        if hung:
-            log.write(f"playbook: watchdog: no result within {timeout_s:.0f} s; the child was killed\n")
-        elif proc.returncode < 0:
-            log.write(f"playbook: child died by signal {signal.Signals(-proc.returncode).name}\n")
-    text = log_file.read_text(errors="replace")
-    result = _result_line(stdout)
-    offload = OFFLOAD_LINE.findall(text)
-    if hung:
-        status = "hang"
-    elif proc.returncode < 0:
-        status = "crash"
-    elif proc.returncode != 0 or result is None:
-        status = "error"
-    else:
-        status = "ok"
-    found = diagnose_text(text, stage="any") if status != "ok" else []
-    findings = [f.to_dict() for f in found if f.id not in expected]
-    return ChildOutcome(
-        status=status,
-        returncode=proc.returncode,
-        duration_s=round(duration, 2),
-        log_file=log_file.name,
-        result=result,
-        signal_name=signal.Signals(-proc.returncode).name if proc.returncode and proc.returncode < 0 else "",
-        error_tail="\n".join(text.strip().splitlines()[-15:]) if status != "ok" else "",
-        findings=findings,
-        offloaded_layers=int(offload[-1][0]) if offload else None,
-        offloadable_layers=int(offload[-1][1]) if offload else None,
-        gpu_memory_mib=gpu_memory_mib(text),
-    )
 
 
-def gpu_memory_mib(log_text: str) -> float | None:
-    """Device memory llama.cpp reports allocating in a child's log; None when it used no GPU."""
-    sizes = [float(size) for size in GPU_BUFFER_LINE.findall(log_text)]
-    return round(sum(sizes), 2) if sizes else None
 
 
-def _result_line(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX) :])
-    return None
 
 
-def layer_counts(n_layer: int, requested: list[int], gpu_offload: bool, points: int = 5) -> list[int]:
-    """0, a few steps between, and all layers (n_layer + 1 also moves the output layer to the GPU)."""
-    if not gpu_offload:
-        return [0]
-    if requested:
-        return sorted(set(requested))
-    full = n_layer + 1
-    steps = max(2, points)
-    return sorted({round(i * full / (steps - 1)) for i in range(steps)})
 
 
-@lru_cache(maxsize=1)
-def tolerances() -> dict[str, dict[str, float]]:
-    text = resources.files("playbook.knowledge").joinpath("tolerances.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)["tolerances"]
 
 
-def compare_logits(cpu_file: Path, gpu_file: Path, n_vocab: int, quant: str) -> Agreement:
-    import numpy as np  # the parent never loads llama_cpp, so numpy is safe here
-
-    cpu = np.fromfile(cpu_file, dtype=np.float32).reshape(-1, n_vocab).astype(np.float64)
-    gpu = np.fromfile(gpu_file, dtype=np.float32).reshape(-1, n_vocab).astype(np.float64)
-    rel = float(np.linalg.norm(gpu - cpu) / max(np.linalg.norm(cpu), 1e-30))
-    top1 = float(np.mean(cpu.argmax(axis=1) == gpu.argmax(axis=1)))
-    cpu_top5 = np.argsort(cpu, axis=1)[:, -5:]
-    in_top5 = float(np.mean([g in row for g, row in zip(gpu.argmax(axis=1), cpu_top5)]))
-    limits = tolerances().get(quant, tolerances()["default"])
-    ok = bool(np.isfinite(gpu).all()) and rel <= limits["relative_error"] and top1 >= limits["top1_agreement"]
-    return Agreement(cpu.shape[0], rel, top1, limits["relative_error"], limits["top1_agreement"], ok, in_top5)
 
 
-def default_threads() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
-def sweep_point(outcome: ChildOutcome, n_gpu_layers: int) -> SweepPoint:
-    point = SweepPoint(n_gpu_layers, outcome.status, outcome.offloaded_layers, gpu_memory_mib=outcome.gpu_memory_mib)
-    if outcome.result:
-        point.pp_tokens_per_s = outcome.result["pp"]["tokens_per_s_median"]
-        point.pp_stdev = outcome.result["pp"]["tokens_per_s_stdev"]
-        point.tg_tokens_per_s = outcome.result["tg"]["tokens_per_s_median"]
-        point.tg_stdev = outcome.result["tg"]["tokens_per_s_stdev"]
-        point.load_s = outcome.result["load_s"]
-    return point
 
 
-def write_sweep_csv(points: list[SweepPoint], path: Path) -> Path:
-    import csv
-    import dataclasses
-
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(SweepPoint)])
-        writer.writeheader()
-        for point in points:
-            writer.writerow(dataclasses.asdict(point))
-    return path
 
 
-def compare_with_yardsticks(result: VerifyResult, full_offload: int) -> None:
-    """Fill each point's llama-bench numbers, ratios and share of the bandwidth limit."""
-    for point in result.points:
-        if result.llama_bench and result.llama_bench.ok:
-            point.bench_pp_tokens_per_s = result.llama_bench.rate("pp", point.n_gpu_layers)
-            point.bench_tg_tokens_per_s = result.llama_bench.rate("tg", point.n_gpu_layers)
-            if point.pp_tokens_per_s and point.bench_pp_tokens_per_s:
-                point.pp_ratio = point.pp_tokens_per_s / point.bench_pp_tokens_per_s
-            if point.tg_tokens_per_s and point.bench_tg_tokens_per_s:
-                point.tg_ratio = point.tg_tokens_per_s / point.bench_tg_tokens_per_s
-                point.tg_overhead_ms_per_token = 1000 / point.tg_tokens_per_s - 1000 / point.bench_tg_tokens_per_s
-        if result.tg_limit_tokens_per_s and point.n_gpu_layers >= full_offload and point.tg_tokens_per_s:
-            point.tg_bandwidth_fraction = point.tg_tokens_per_s / result.tg_limit_tokens_per_s
 
 
-def gpu_bandwidth_gb_per_s(bus_width_bits: int | None, memory_clock_mhz: int | None) -> float | None:
-    """Peak memory bandwidth from NVML's figures: two transfers per clock over the bus."""
-    if not bus_width_bits or not memory_clock_mhz:
-        return None
-    return 2 * memory_clock_mhz * 1e6 * bus_width_bits / 8 / 1e9
 
 
-def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: float | None = None) -> list[Path]:
-    """Tokens/s against offloaded layers, prompt processing and generation side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    good = [p for p in points if p.status == "ok"]
-    for ax, attr, label in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
-        xs = [p.n_gpu_layers for p in good]
-        ys = [getattr(p, f"{attr}_tokens_per_s") for p in good]
-        errs = [getattr(p, f"{attr}_stdev") for p in good]
-        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label="llama-cpp-python (low-level API)")
-        bench = [(p.n_gpu_layers, getattr(p, f"bench_{attr}_tokens_per_s")) for p in good]
-        if any(rate for _, rate in bench):
-            ax.plot([x for x, r in bench if r], [r for _, r in bench if r], "k--", marker="x",
-                    label="llama-bench, same build")
-        if attr == "tg" and tg_limit:
-            ax.axhline(tg_limit, color="gray", linestyle=":", label=f"memory-bandwidth limit ({tg_limit:.0f} t/s)")
-        for bad in (p for p in points if p.status != "ok"):
-            ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
-            ax.annotate(bad.status, (bad.n_gpu_layers, 0), color="red", rotation=90, va="bottom")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("layers offloaded to the GPU (n_gpu_layers)")
-        ax.set_ylabel("tokens/s")
-        ax.set_title(label)
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
 
 
 def vocab_from_source(source_path: Path, cache_dir: Path) -> Path:
@@ -511,7 +246,7 @@ def run_verify(
     if gpu_offload and gpu_bandwidth_gb_per_s:
         result.gpu_bandwidth_gb_per_s = gpu_bandwidth_gb_per_s
         result.tg_limit_tokens_per_s = gpu_bandwidth_gb_per_s * 1e9 / int(result.model["file_size_bytes"])
-    compare_with_yardsticks(result, n_layer + 1)
+    compare_with_yardsticks(result.points, result.llama_bench, result.tg_limit_tokens_per_s, n_layer + 1)
     result.csv_file = write_sweep_csv(result.points, run_dir / f"throughput-attempt-{attempt}.csv").name
     title = f"{model_path.name} · llama-cpp-python {probe.result['version']} · {threads} threads"
     stem = run_dir / f"throughput-attempt-{attempt}"

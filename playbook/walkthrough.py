@@ -30,7 +30,8 @@ from playbook.plan import BuildPlan
 from playbook.provenance import PARAMS_FILE, RunFolder
 from playbook.runner import default_output_root, execute_step, next_step, open_run
 from playbook.steps import DETECT_FILE, PLAN_FILE, Diagnosis
-from playbook.verify import VerifyResult, layer_counts
+from playbook.throughput import layer_counts
+from playbook.verify import VerifyResult
 
 BACKENDS = ["auto", "cuda", "cpu", "metal"]
 SHAPES = ["tiny", "1b", "7b"]

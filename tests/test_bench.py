@@ -3,7 +3,8 @@ from __future__ import annotations
 import json
 
 from playbook.bench import LlamaBench, parse_llama_bench_json
-from playbook.verify import SweepPoint, VerifyResult, compare_with_yardsticks, gpu_bandwidth_gb_per_s, plot_throughput
+from playbook.throughput import SweepPoint, compare_with_yardsticks, gpu_bandwidth_gb_per_s, plot_throughput
+from playbook.verify import VerifyResult
 
 # The shape of `llama-bench -o json` (fields trimmed to those the playbook reads plus a few others).
 LLAMA_BENCH_JSON = json.dumps([
@@ -31,7 +32,7 @@ def test_ratios_and_bandwidth_fraction(tmp_path):
     bandwidth = gpu_bandwidth_gb_per_s(6144, 3201)  # an H200 as NVML reports it
     assert 4900 < bandwidth < 4920
     result.tg_limit_tokens_per_s = bandwidth * 1e9 / result.model["file_size_bytes"]
-    compare_with_yardsticks(result, full_offload=17)
+    compare_with_yardsticks(result.points, result.llama_bench, result.tg_limit_tokens_per_s, full_offload=17)
     full = result.points[1]
     assert full.tg_ratio == 0.94 and round(full.pp_ratio, 2) == 0.96
     assert round(full.tg_overhead_ms_per_token, 4) == round(1000 / 940 - 1000 / 1000, 4)

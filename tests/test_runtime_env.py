@@ -13,16 +13,9 @@ from pathlib import Path
 import pytest
 
 from playbook.params import PARAMS_DIR, load_params
-from playbook.verify import (
-    CHILD_SCRIPT,
-    DLL_DIRECTORIES_VARIABLE,
-    child_env,
-    install_wheel,
-    plan_child_env,
-    prebuilt_lib_findings,
-    run_child,
-    run_verify,
-)
+from playbook.children import CHILD_SCRIPT, child_env, install_wheel, plan_child_env, run_child
+from playbook.dll_directories import DLL_DIRECTORIES_VARIABLE
+from playbook.verify import prebuilt_lib_findings, run_verify
 
 # A stand-in binding: what ``os.add_dll_directory`` was called with by the time it was imported.
 FAKE_LLAMA_CPP = """

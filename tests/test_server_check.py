@@ -11,7 +11,8 @@ import pytest
 
 from playbook.params import PARAMS_DIR, load_params
 from playbook.server_check import check_server
-from playbook.verify import _server_failed, child_env, run_verify
+from playbook.children import child_env
+from playbook.verify import _server_failed, run_verify
 
 # Answers as llama_cpp.server does, on the standard library's HTTP server.
 FAKE_SERVER = """

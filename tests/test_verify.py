@@ -6,14 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from playbook.verify import (
-    SweepPoint,
-    compare_logits,
-    layer_counts,
-    plot_throughput,
-    run_child,
-    write_sweep_csv,
-)
+from playbook.agreement import compare_logits
+from playbook.children import run_child
+from playbook.throughput import SweepPoint, layer_counts, plot_throughput, write_sweep_csv
 
 
 def child_script(tmp_path: Path, body: str) -> Path:
@@ -110,7 +105,7 @@ def test_a_library_missing_from_the_loader_path_is_named(tmp_path):
     import shutil
     import subprocess
 
-    from playbook.verify import CHILD_SCRIPT
+    from playbook.children import CHILD_SCRIPT
 
     if not shutil.which("cc"):
         pytest.skip("needs a C compiler")
@@ -138,7 +133,7 @@ def test_gpu_memory_is_read_from_llama_cpp_log():
 
     log = (_Path(__file__).resolve().parent.parent / "outputs" / "reference" / "20261122T012240Z-vm" / "verify-logs"
            / "attempt-1" / "bench-ngl-17.log").read_text()
-    from playbook.verify import gpu_memory_mib
+    from playbook.children import gpu_memory_mib
 
     assert gpu_memory_mib(log) == round(1052.66 + 24.00 + 66.50, 2)  # model, KV and compute on CUDA0
     assert gpu_memory_mib("load_tensors:   CPU_Mapped model buffer size =    66.41 MiB") is None
