@@ -3,12 +3,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from playbook.agreement import compare_logits
 from playbook.children import run_child
-from playbook.throughput import SweepPoint, layer_counts, plot_throughput, write_sweep_csv
 
 
 def child_script(tmp_path: Path, body: str) -> Path:
@@ -69,35 +66,6 @@ def test_child_imports_the_wheel_from_its_own_folder(tmp_path):
     outcome = run_child([], site, tmp_path / "where.log", 30, script=script)
     assert outcome.result["where"].startswith(str(site))
     assert outcome.result["cwd"] != str(Path.cwd())
-
-
-@pytest.mark.parametrize(
-    "n_layer, requested, offload, expected",
-    [(16, [], True, [0, 4, 8, 13, 17]), (16, [], False, [0]), (16, [17, 0, 17], True, [0, 17]), (4, [], True, [0, 1, 2, 4, 5])],
-)
-def test_layer_counts(n_layer, requested, offload, expected):
-    assert layer_counts(n_layer, requested, offload) == expected
-
-
-def test_logit_comparison(tmp_path):
-    rng = np.random.default_rng(0)
-    cpu = rng.normal(size=(64, 100)).astype(np.float32)
-    cpu.tofile(tmp_path / "cpu.f32")
-    (cpu + rng.normal(scale=1e-3, size=cpu.shape).astype(np.float32)).tofile(tmp_path / "close.f32")
-    rng.normal(size=cpu.shape).astype(np.float32).tofile(tmp_path / "wrong.f32")
-    close = compare_logits(tmp_path / "cpu.f32", tmp_path / "close.f32", 100, "Q8_0")
-    assert close.ok and close.relative_error < 1e-2 and close.top1_agreement > 0.95
-    wrong = compare_logits(tmp_path / "cpu.f32", tmp_path / "wrong.f32", 100, "Q8_0")
-    assert not wrong.ok and wrong.relative_error > 1
-
-
-def test_csv_and_plot(tmp_path):
-    points = [SweepPoint(0, "ok", 0, 100.0, 2.0, 10.0, 0.5, 0.1), SweepPoint(17, "ok", 17, 900.0, 5.0, 300.0, 3.0, 0.2),
-              SweepPoint(8, "crash")]
-    csv = write_sweep_csv(points, tmp_path / "throughput.csv")
-    assert csv.read_text().splitlines()[0].startswith("n_gpu_layers,status,offloaded_layers,pp_tokens_per_s")
-    paths = plot_throughput(points, "test", tmp_path / "throughput")
-    assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
 
 
 def test_a_library_missing_from_the_loader_path_is_named(tmp_path):
