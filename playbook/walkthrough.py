@@ -37,6 +37,16 @@ BACKENDS = ["auto", "cuda", "cpu", "metal"]
 SHAPES = ["tiny", "1b", "7b"]
 QUANTS = ["F32", "F16", "Q8_0", "Q4_0"]
 POLL_S = 0.5
+PER_ATTEMPT_STEPS = ("build", "repair", "verify")  # the others run once per run folder
+
+
+def step_label(step: str, attempt: int) -> str:
+    return f"{step} (attempt {attempt})" if step in PER_ATTEMPT_STEPS else step
+
+
+def attempt_argument(step: str, attempt: int) -> int | None:
+    """``execute_step``'s attempt: None for detect and configure, whose notebooks carry none."""
+    return attempt if step in PER_ATTEMPT_STEPS else None
 
 
 @dataclass
@@ -232,7 +242,7 @@ class Walkthrough:
 
     def _run_step(self, step: str, attempt: int) -> None:
         self._set_buttons(enabled=False)
-        self.status.value = f"<b>running {step}</b>" + (f" (attempt {attempt})" if step in ("build", "repair", "verify") else "") + "…"
+        self.status.value = f"<b>running {html.escape(step_label(step, attempt))}…</b>"
         started = time.monotonic()
         try:
             if self.run is None:
@@ -242,7 +252,7 @@ class Walkthrough:
             poller = threading.Thread(target=self._poll_progress, args=(step, attempt, watcher), daemon=True)
             poller.start()
             try:
-                self.execute(self.run, step, attempt if step in ("build", "repair", "verify") else None)
+                self.execute(self.run, step, attempt_argument(step, attempt))
             finally:
                 watcher.set()
                 poller.join()
@@ -251,8 +261,8 @@ class Walkthrough:
             self.status.value = (f"<span style='color:#b00'><b>{html.escape(step)} failed:</b> "
                                  f"{html.escape(str(error))}</span>")
         finally:
-            self.refresh()
             self._set_buttons(enabled=True)
+            self.refresh()  # after the buttons: an ended chain disables "run next step" again
 
     def _poll_progress(self, step: str, attempt: int, stop: threading.Event) -> None:
         expected = len(self.choices.n_gpu_layers.split(",")) if self.choices and self.choices.n_gpu_layers else 1
@@ -284,9 +294,7 @@ class Walkthrough:
     def refresh(self) -> None:
         run = self.run
         upcoming = next_step(run) if run else ("detect", 1)
-        self.next_button.description = (f"run next step: {upcoming[0]}" + (f" (attempt {upcoming[1]})"
-                                        if upcoming[0] in ("build", "repair", "verify") else "")
-                                        if upcoming else "chain ended")
+        self.next_button.description = f"run next step: {step_label(*upcoming)}" if upcoming else "chain ended"
         self.next_button.disabled = upcoming is None
         self.params_file.disabled = run is not None
         self.detect_again.layout.display = "none" if run is None or not run.file(DETECT_FILE).is_file() else None
@@ -417,8 +425,8 @@ def run_headless(run_dir: str = "", params_file: str = "", output_root: str = ""
                                                      output_root=Path(output_root) if output_root else None)
     while (upcoming := next_step(run)) is not None:
         step, attempt = upcoming
-        log(f"▶ {step}" + (f" (attempt {attempt})" if step in ("build", "repair", "verify") else ""))
-        execute_step(run, step, attempt if step in ("build", "repair", "verify") else None)
+        log(f"▶ {step_label(step, attempt)}")
+        execute_step(run, step, attempt_argument(step, attempt))
         if step == stop_after:
             break
     log(f"run folder: {run.path}")

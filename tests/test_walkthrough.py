@@ -175,6 +175,7 @@ def test_progress_bars_follow_the_build_log_and_the_sweep(tmp_path):
     walk.wait(30)
     assert seen["verify"] == (2, "2 of 2 layer counts measured")
     assert walk.status.value.startswith("verify done")
+    assert walk.next_button.disabled == (walk.next_button.description == "chain ended")
 
 
 def test_a_failing_step_is_shown_not_raised(tmp_path):
