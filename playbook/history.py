@@ -15,6 +15,7 @@ from pathlib import Path
 HISTORY_DIR = "history"
 # The order steps run in: within an attempt, repair follows a failed build or a failed verify.
 CHAIN_ORDER = {"detect": 1, "configure": 2, "build": 3, "verify": 4, "repair": 5}
+PER_ATTEMPT_STEPS = ("build", "verify", "repair")  # detect and configure run once per run folder
 # Which step wrote a file, by the file's stem; the attempt comes from "-attempt-N" in its name.
 STEM_STEP = {
     "detect": "detect",
@@ -33,7 +34,7 @@ ATTEMPT_FOLDER = re.compile(r"^attempt-(?P<attempt>\d+)$")
 
 def chain_position(step: str, attempt: int) -> tuple[int, int]:
     """Where a step's execution sits in the chain: detect and configure before every attempt."""
-    return (attempt if CHAIN_ORDER[step] >= CHAIN_ORDER["build"] else 0), CHAIN_ORDER[step]
+    return (attempt if step in PER_ATTEMPT_STEPS else 0), CHAIN_ORDER[step]
 
 
 def position_of(relative: Path) -> tuple[int, int] | None:
@@ -76,7 +77,7 @@ def archive_rerun(run_dir: Path, step: str, attempt: int = 1) -> Path | None:
     earlier = outputs_from(run_dir, step, attempt)
     if not earlier:
         return None
-    suffix = f"-attempt-{attempt}" if CHAIN_ORDER[step] >= CHAIN_ORDER["build"] else ""
+    suffix = f"-attempt-{attempt}" if step in PER_ATTEMPT_STEPS else ""
     target = _new_history_folder(run_dir, step + suffix)
     for path in earlier:
         destination = target / path.relative_to(run_dir)

@@ -23,7 +23,7 @@ from playbook.build import NINJA_PROGRESS, BuildResult
 from playbook.detect import Facts
 from playbook.errors import PlaybookError
 from playbook.facts import read_facts
-from playbook.history import keep_file
+from playbook.history import PER_ATTEMPT_STEPS, keep_file
 from playbook.model import ModelSpec
 from playbook.params import PARAMS_DIR, Params, with_changes
 from playbook.plan import BuildPlan
@@ -37,7 +37,6 @@ BACKENDS = ["auto", "cuda", "cpu", "metal"]
 SHAPES = ["tiny", "1b", "7b"]
 QUANTS = ["F32", "F16", "Q8_0", "Q4_0"]
 POLL_S = 0.5
-PER_ATTEMPT_STEPS = ("build", "repair", "verify")  # the others run once per run folder
 
 
 def step_label(step: str, attempt: int) -> str:
