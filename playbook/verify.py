@@ -326,28 +326,11 @@ def prebuilt_lib_findings(library_file: str | None, runtime_env: dict[str, str],
         return []
     line = f"playbook: the binding loaded {library_file}, not the prebuilt library in {prebuilt} ({LIB_PATH_VARIABLE})"
     _append_line(log_file, line)
-    return [_prebuilt_lib_not_used(line)]
-
-
-def _prebuilt_lib_not_used(evidence: str) -> dict[str, Any]:
-    return {"id": "prebuilt-lib-not-used", "title": "the prebuilt llama.cpp library was not the one loaded",
-            "evidence": evidence, "line_number": 0,
-            "cause": "llama-cpp-python 0.3.36 loads libllama from $LLAMA_CPP_LIB_PATH when it is set and from its own "
-                     "llama_cpp/lib otherwise; the library verify saw loaded came from elsewhere, so the build tested "
-                     "is not the one the plan describes",
-            "fix": "check build.prebuilt_lib names the folder (or file) of libllama, that LLAMA_CPP_LIB_PATH is set "
-                   "where llama_cpp is imported, and that no other llama_cpp shadows the wheel",
-            "automatic": False}
+    return [_finding("prebuilt-lib-not-used", line)]
 
 
 def _server_failed(server: ServerCheck) -> dict[str, Any]:
-    return {"id": "server-failed", "title": "python -m llama_cpp.server did not answer a completion",
-            "evidence": f"{server.status}: {server.error}\n{server.log_tail}", "line_number": 0,
-            "cause": "the server extra's packages are missing or broken, the model did not load in the server, or "
-                     "the server crashed answering; the server's log (verify-logs/attempt-N/server.log) says which",
-            "fix": "read the log tail; install llama-cpp-python[server] into the same environment as the wheel, and "
-                   "try the same model through the probe and bench children first",
-            "automatic": False}
+    return _finding("server-failed", f"{server.status}: {server.error}\n{server.log_tail}")
 
 
 def _append_line(log_file: Path, line: str) -> None:

@@ -29,6 +29,8 @@ CLEAN = DATA / "clean"
 
 REQUIRED_IDS = [
     "mtmd-not-built",
+    "prebuilt-lib-not-used",
+    "server-failed",
     "deprecated-cuda-flag",
     "cuda-toolset-missing",
     "host-compiler-unsupported",
