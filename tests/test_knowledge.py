@@ -29,6 +29,9 @@ CLEAN = DATA / "clean"
 
 REQUIRED_IDS = [
     "mtmd-not-built",
+    "build-requirements-unreachable",
+    "missing-symbol",
+    "install-failed",
     "prebuilt-lib-not-used",
     "server-failed",
     "deprecated-cuda-flag",
@@ -190,6 +193,7 @@ EXPECTED_REMEDIES = {
     "cpu-amx-fault": lambda r: r.cmake_args_add == ("-DGGML_NATIVE=OFF",),
     "libcuda-stub-link": lambda r: r.cmake_args_add == ("-DGGML_CUDA_NO_VMM=ON",),
     "mtmd-not-built": lambda r: r.cmake_args_add == ("-DLLAVA_BUILD=ON",),
+    "build-requirements-unreachable": lambda r: r.build_isolation is False,
 }
 
 
