@@ -119,6 +119,8 @@ def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: 
             ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
             ax.annotate(bad.status, (bad.n_gpu_layers, 0), color="red", rotation=90, va="bottom")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if len({p.n_gpu_layers for p in points}) == 1:  # one point (CPU-only): a readable axis around it
+            ax.set_xlim(points[0].n_gpu_layers - 1, points[0].n_gpu_layers + 1)
         ax.set_xlabel("layers offloaded to the GPU (n_gpu_layers)")
         ax.set_ylabel("tokens/s")
         ax.set_title(label)

@@ -409,7 +409,8 @@ class Walkthrough:
         self.sweep_label.value = f"attempt {attempt}: {len(result.points)} layer counts measured"
         findings = table_html(display.findings_table(result.findings)) if result.findings else ""
         self.sections["verify"].value = (f"<p><b>{html.escape(result.summary)}</b></p>"
-                                         + table_html(display.sweep_table(result)) + findings)
+                                         + table_html(display.sweep_table(result).dropna(axis=1, how="all").round(2))
+                                         + findings)
         plot = run.attempt_file("throughput", attempt, ".png")
         if plot.is_file():
             self.plot.value, self.plot.layout.display = plot.read_bytes(), None

@@ -20,3 +20,10 @@ def test_csv_and_plot(tmp_path):
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
 
 
+
+
+def test_a_single_point_plot_has_a_readable_axis(tmp_path):
+    import matplotlib.image
+
+    paths = plot_throughput([SweepPoint(0, "ok", 0, 6662.3, 1474.3, 736.4, 223.5, 0.1)], "cpu", tmp_path / "one")
+    assert matplotlib.image.imread(paths[0]).shape[0] > 100
