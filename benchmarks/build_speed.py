@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from playbook.build import NINJA_PROGRESS, run_build
+from playbook.build import last_progress, run_build
 from playbook.detect import detect
 from playbook.params import load_params
 from playbook.plan import configure
@@ -48,8 +48,8 @@ def plain_pip(sdist: str, cmake_args: str, out: Path, find_links: str = "", isol
 
 
 def ninja_steps(log: str) -> str:
-    totals = [int(m.group(2)) for line in log.splitlines() if (m := NINJA_PROGRESS.match(line))]
-    return f"{totals[-1]} ninja steps" if totals else ""
+    total = last_progress(log).total
+    return f"{total} ninja steps" if total else ""
 
 
 def main() -> None:

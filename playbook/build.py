@@ -42,6 +42,15 @@ class Progress:
     total: int = 0
 
 
+def last_progress(text: str) -> Progress:
+    """ninja's last ``[n/N]`` line in a build log; zeros before CMake's build starts."""
+    progress = Progress()
+    for line in text.splitlines():
+        if match := NINJA_PROGRESS.match(line):
+            progress = Progress(int(match.group(1)), int(match.group(2)))
+    return progress
+
+
 @dataclass
 class WheelInfo:
     name: str

@@ -144,15 +144,7 @@ def with_changes(params: Params, changes: dict[str, Any]) -> Params:
     """A copy of ``params`` with dotted keys set to new values (``{"build.jobs": 4}``), checked like a file."""
     document = params.to_dict()
     for key, value in changes.items():
-        *parents, leaf = key.split(".")
-        node = document
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                raise ParameterError(f"unknown parameter group {part!r} in {key}")
-            node = node[part]
-        if leaf not in node:
-            raise ParameterError(f"unknown parameter {key!r}")
-        node[leaf] = value
+        _set_dotted(document, key, value)
     changed = params_from_dict(document)
     check_params(changed)
     return changed
@@ -210,14 +202,19 @@ def _apply_override(document: dict[str, Any], override: str) -> None:
     key, sep, raw_value = override.partition("=")
     if not sep or not key:
         raise ParameterError(f"--set takes KEY=VALUE (e.g. model.shape=1b), got {override!r}")
+    _set_dotted(document, key, yaml.safe_load(raw_value) if raw_value != "" else "")
+
+
+def _set_dotted(document: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested mapping; an unknown key is left for :func:`_build` to name."""
     node = document
     *parents, leaf = key.split(".")
     for part in parents:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ParameterError(f"--set {key}: {part!r} is not a group of parameters")
+            raise ParameterError(f"parameter {key}: {part!r} is not a group of parameters")
         node = child
-    node[leaf] = yaml.safe_load(raw_value) if raw_value != "" else ""
+    node[leaf] = value
 
 
 def _build(cls: type, data: Any, prefix: str) -> Any:

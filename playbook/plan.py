@@ -227,7 +227,7 @@ def configure(facts: Facts, params: Params) -> BuildPlan:
         cmake_args = [a for a in cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
         decisions.append(Decision("cmake argument", arg, "given in parameters build.cmake_args"))
     warnings += [problem for arg in cmake_args if (problem := compatibility.renamed_option_problem(arg))]
-    needs_mtmd = [s for s in params.verify.required_symbols if s.startswith(MTMD_MODULE)]
+    needs_mtmd = _symbols_needing_mtmd(params)
     if needs_mtmd and not multimodal_built(cmake_args):
         warnings.append(f"-D{MULTIMODAL_OPTION}=OFF leaves libmtmd out, but verify.required_symbols names "
                         f"{', '.join(needs_mtmd)}: verify will report mtmd-not-built; drop the argument")
@@ -367,8 +367,12 @@ def _use_prebuilt_library(library: str, runtime_env: dict[str, str], decisions: 
     return ["-DLLAMA_BUILD=OFF", f"-D{MULTIMODAL_OPTION}=OFF"]
 
 
+def _symbols_needing_mtmd(params: Params) -> list[str]:
+    return [s for s in params.verify.required_symbols if s.startswith(MTMD_MODULE)]
+
+
 def _wants_multimodal(params: Params, decisions: list[Decision]) -> bool:
-    needs_mtmd = [s for s in params.verify.required_symbols if s.startswith(MTMD_MODULE)]
+    needs_mtmd = _symbols_needing_mtmd(params)
     if params.build.multimodal or needs_mtmd:
         why = ("build.multimodal is true" if params.build.multimodal
                else f"verify.required_symbols names {', '.join(needs_mtmd)}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from playbook.build import NINJA_PROGRESS, BuildResult
+from playbook.build import BuildResult, last_progress
 from playbook.detect import Facts
 from playbook.errors import PlaybookError
 from playbook.facts import read_facts
@@ -141,12 +141,8 @@ def latest_progress(log_file: Path, tail_bytes: int = 64 * 1024) -> tuple[int, i
         return 0, 0
     with log_file.open("rb") as stream:
         stream.seek(max(0, log_file.stat().st_size - tail_bytes))
-        tail = stream.read().decode(errors="replace")
-    done = total = 0
-    for line in tail.splitlines():
-        if match := NINJA_PROGRESS.match(line):
-            done, total = int(match.group(1)), int(match.group(2))
-    return done, total
+        progress = last_progress(stream.read().decode(errors="replace"))
+    return progress.done, progress.total
 
 
 def sweep_points_done(run: RunFolder, attempt: int) -> int:

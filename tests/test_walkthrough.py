@@ -194,3 +194,10 @@ def test_latest_progress_reads_only_the_tail_of_a_long_log(tmp_path):
     log.write_text("  [1/300] nvcc first.cu\n" + "x" * 200_000 + "\n  [299/300] nvcc last.cu\n")
     assert latest_progress(log) == (299, 300)
     assert latest_progress(log, tail_bytes=10) == (0, 0)  # the last line cut: no whole [n/N] line in 10 bytes
+
+
+def test_an_unknown_parameter_is_named_and_changes_nothing(tmp_path):
+    run = new_run(tmp_path)
+    with pytest.raises(ParameterError, match="unknown parameter 'build.jobz'"):
+        apply_choices(run, {"build.jobz": 1})
+    assert not (run.path / "history").exists()
