@@ -24,12 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from playbook.build import last_progress, run_build
-from playbook.detect import detect
 from playbook.params import load_params
-from playbook.plan import configure
-from playbook.source import resolve_source
-from playbook.steps import toolchain
+from playbook.runfolder.layout import Layout
+from playbook.steps.build import last_progress, run_build, toolchain
+from playbook.steps.configure import configure
+from playbook.steps.detect import detect
+from playbook.steps.source import resolve_source
 
 ONE_FLAG = "-DLLAMA_FATAL_WARNINGS=OFF"  # changes the fingerprint, not the objects
 
@@ -84,7 +84,7 @@ def main() -> None:
         ("(d) playbook, nothing changed", dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG]), "d"),
     ):
         started = time.monotonic()
-        result = run_build(case_plan, source, work / folder, cache, tools, timeout_s=7200)
+        result = run_build(case_plan, source, Layout(work / folder), cache, tools, timeout_s=7200)
         seconds = time.monotonic() - started
         detail = "wheel cache" if result.reused_wheel else ", ".join(filter(None, [
             f"{result.progress.total} ninja steps" if result.progress.total else "",

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from playbook.children import gpu_memory_mib
+from playbook.verify.launcher import gpu_memory_mib
 
 COLUMNS = ("ngl", "pp t/s", "tg t/s", "bench pp", "bench tg", "pp ratio", "tg ratio", "+ms/token", "GPU MiB",
            "% of limit")

@@ -1,5 +1,5 @@
 import sys
 
-from playbook.cli import main
+from playbook.interfaces.cli import main
 
 sys.exit(main())

@@ -12,17 +12,36 @@ import os
 import types
 import typing
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from playbook import resources
 from playbook.errors import ParameterError
 
-PARAMS_DIR = Path(__file__).resolve().parent.parent / "params"
-DEFAULT_PARAMS = PARAMS_DIR / "default.yaml"
+PARAMS_DIR = resources.params_dir()
+DEFAULT_PARAMS = resources.default_params_file()
 
-Backend = Literal["auto", "cuda", "cpu", "metal"]
+
+
+class Backend(str, Enum):
+    """What the wheel is built for. ``auto`` lets configure choose; ``prebuilt`` is the plan's word for
+    a binding over an existing library (``build.prebuilt_lib``), never a parameter value."""
+
+    AUTO = "auto"
+    CUDA = "cuda"
+    METAL = "metal"
+    CPU = "cpu"
+    PREBUILT = "prebuilt"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+PARAMETER_BACKENDS = tuple(b for b in Backend if b is not Backend.PREBUILT)
+PARAMETER_GROUPS = ("backend", "source", "cuda", "build", "model", "verify")
 SourceKind = Literal["sdist", "path"]
 ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
@@ -53,6 +72,8 @@ class CudaParams:
 class BuildParams:
     max_attempts: int = 3
     timeout_s: int = 3600
+    # A build that prints nothing for this long is stopped and named build-stalled.
+    stall_timeout_s: int = 1800
     # "auto" sizes parallel jobs from cores and free memory.
     jobs: int | Literal["auto"] = "auto"
     build_isolation: bool = False
@@ -105,7 +126,7 @@ class VerifyParams:
 
 @dataclass
 class Params:
-    backend: Backend = "auto"
+    backend: Backend = Backend.AUTO
     source: SourceParams = field(default_factory=SourceParams)
     cuda: CudaParams = field(default_factory=CudaParams)
     build: BuildParams = field(default_factory=BuildParams)
@@ -148,6 +169,34 @@ def with_changes(params: Params, changes: dict[str, Any]) -> Params:
     changed = params_from_dict(document)
     check_params(changed)
     return changed
+
+
+def flatten_groups(groups: dict[str, Any]) -> dict[str, Any]:
+    """A step notebook's parameter groups (``{"build": {"jobs": 2}}``, None where not given) as dotted
+    keys (``{"build.jobs": 2}``) for :func:`with_changes`."""
+    flat: dict[str, Any] = {}
+    for name, value in groups.items():
+        if value is None:
+            continue
+        if isinstance(value, str) and name in PARAMETER_GROUPS[1:]:
+            value = _group_from_text(name, value)  # papermill's -p passes text: '{"jobs": 2}'
+        if isinstance(value, dict):
+            for key, inner in flatten_groups(value).items():
+                flat[f"{name}.{key}"] = inner
+        else:
+            flat[name] = value
+    return flat
+
+
+def _group_from_text(name: str, text: str) -> Any:
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ParameterError(f"parameter {name} = {text!r} is not a mapping: {err}") from None
+    if not isinstance(value, dict):
+        raise ParameterError(f"parameter {name} must be a group of keys, e.g. -p {name} '{{\"jobs\": 2}}' or "
+                             f"-y '{name}: {{jobs: 2}}'; got {text!r}")
+    return value
 
 
 def params_from_dict(document: dict[str, Any]) -> Params:
@@ -234,6 +283,11 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 def _coerce(hint: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return _build(hint, value or {}, prefix=f"{key}.")
+    if hint is Backend:
+        allowed = [b.value for b in PARAMETER_BACKENDS]
+        if value not in allowed:
+            raise ParameterError(f"parameter {key} = {value!r}; accepted values: {', '.join(allowed)}")
+        return Backend(value)
     origin = typing.get_origin(hint)
     if origin is Literal:
         allowed = typing.get_args(hint)

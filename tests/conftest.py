@@ -5,10 +5,23 @@ from pathlib import Path
 
 import pytest
 
-from playbook.detect import CudaToolkit, Facts, Gpu, NvidiaDriver, detect
-from playbook.facts import from_dict
+from playbook.serialization import from_dict
+from playbook.steps.detect import CudaToolkit, Facts, Gpu, NvidiaDriver, detect
 
 DATA = Path(__file__).parent / "data"
+
+
+def cmake_project(tmp_path: Path) -> Path:
+    """The smallest source tree the playbook accepts: scikit-build-core, CMake, a vendor/llama.cpp folder."""
+    project = tmp_path / "src"
+    (project / "vendor" / "llama.cpp").mkdir(parents=True)
+    (project / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("# stands in for llama.cpp\n")
+    (project / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES CXX)\n")
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["scikit-build-core"]\nbuild-backend = "scikit_build_core.build"\n'
+        '[project]\nname = "tiny"\nversion = "0.1"\n'
+    )
+    return project
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +57,7 @@ RTX_4070 = Gpu(0, "NVIDIA GeForce RTX 4070", 12282, "8.9")
 def pinned_source(tmp_path_factory):
     """The pinned llama-cpp-python sdist (downloaded once per session) and a cache folder for it."""
     from playbook.params import load_params
-    from playbook.source import resolve_source
+    from playbook.steps.source import resolve_source
 
     cache = tmp_path_factory.mktemp("playbook-cache")
     source = load_params().source
@@ -71,15 +84,16 @@ def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
             return Path(candidate)
     if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
         pytest.skip("no llama-cpp-python wheel found and no C++ compiler to build one")
-    from playbook.build import run_build
     from playbook.params import PARAMS_DIR, load_params
-    from playbook.plan import configure
+    from playbook.runfolder.layout import Layout
+    from playbook.steps.build import run_build
+    from playbook.steps.configure import configure
 
     source, cache = pinned_source
     params = load_params(PARAMS_DIR / "cpu-portable.yaml", [f"build.cache_dir={cache}"])
     plan = configure(detect(), params)
     run_dir = tmp_path_factory.mktemp("cpu-wheel")
-    result = run_build(plan, source, run_dir, cache, {}, sys.executable, timeout_s=1800)
+    result = run_build(plan, source, Layout(run_dir), cache, {}, sys.executable, timeout_s=1800)
     if not result.ok or result.wheel is None:
         tail = "\n".join((run_dir / result.log_file).read_text(errors="replace").splitlines()[-30:])
         pytest.fail(f"building the CPU wheel failed:\n{tail}")
@@ -89,7 +103,7 @@ def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_f16_model(tmp_path_factory) -> Path:
     """The tiny synthetic llama in F16: the quantized CPU kernels fault on this VM's AMX (cpu-amx-fault)."""
-    from playbook.model import ModelSpec, write_synthetic_gguf
+    from playbook.verify.synthetic_gguf import ModelSpec, write_synthetic_gguf
 
     path = tmp_path_factory.mktemp("model") / "synthetic-llama-tiny-F16.gguf"
     write_synthetic_gguf(path, ModelSpec("tiny", "F16"), DATA / "ggml-vocab-llama-spm.gguf")

@@ -13,8 +13,9 @@ from typing import Any
 
 import yaml
 
-from playbook.compatibility import gpu_model
-from playbook.detect import (
+from playbook.knowledge.compatibility import gpu_model
+from playbook.serialization import from_dict
+from playbook.steps.detect import (
     Cpu,
     CudaToolkit,
     Facts,
@@ -32,7 +33,6 @@ from playbook.detect import (
     parse_nvidia_smi_csv,
     parse_vswhere_json,
 )
-from playbook.facts import from_dict
 
 DATA = Path(__file__).parent / "data"
 MACHINES = DATA / "machines"

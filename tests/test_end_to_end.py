@@ -11,55 +11,61 @@ import json
 import nbformat
 import pytest
 
-from playbook.facts import read_facts
-from playbook.params import PARAMS_DIR, load_params
-from playbook.runner import run_chain
-from playbook.steps import Diagnosis
-from playbook.verify import VerifyResult
+from playbook.chain import run_chain
+from playbook.params import load_params
+from playbook.resources import params_dir
+from playbook.runfolder.folder import Outcome
+from playbook.runfolder.layout import Step
+from playbook.serialization import read_json
+from playbook.steps.build import BuildResult
+from playbook.steps.repair import Diagnosis
+from playbook.verify.step import VerifyResult
 
 
 @pytest.mark.slow
 def test_cpu_chain_builds_runs_and_archives(tmp_path):
-    params = load_params(PARAMS_DIR / "cpu.yaml", ["verify.repetitions=1", "verify.prompt_tokens=32",
-                                                   "verify.gen_tokens=8", f"build.cache_dir={tmp_path / 'cache'}"])
+    params = load_params(params_dir() / "cpu.yaml", ["verify.repetitions=1", "verify.prompt_tokens=32",
+                                                     "verify.gen_tokens=8", f"build.cache_dir={tmp_path / 'cache'}"])
     run = run_chain(params, "params/cpu.yaml (test)", tmp_path)
+    layout = run.layout
     record = run.record()
-    assert record.outcome == "ok", record.message
+    assert record.outcome == Outcome.OK, record.message
     steps = [s.step for s in record.steps]
-    assert steps[:4] == ["detect", "configure", "build", "verify"]
-    attempts = steps.count("build")
+    assert steps[:4] == [Step.DETECT, Step.CONFIGURE, Step.BUILD, Step.VERIFY]
+    attempts = steps.count(Step.BUILD)
     if attempts == 2:  # verify of the native build crashed: repaired with a portable rebuild
-        assert steps == ["detect", "configure", "build", "verify", "repair", "build", "verify"]
-        diagnosis = read_facts(Diagnosis, run.file("diagnosis-attempt-1.json"))
-        assert diagnosis.findings[0]["id"] == "cpu-amx-fault"
-        assert "-DGGML_NATIVE=OFF" in run.file("build-attempt-2.log").read_text()
-        assert run.file("05-verify-attempt-1.ipynb").is_file()  # the failed verify is kept
+        assert steps == [Step.DETECT, Step.CONFIGURE, Step.BUILD, Step.VERIFY, Step.REPAIR, Step.BUILD, Step.VERIFY]
+        diagnosis = read_json(Diagnosis, layout.diagnosis(1))
+        assert diagnosis.findings[0].id == "cpu-amx-fault"
+        assert "-DGGML_NATIVE=OFF" in layout.build_log(2).read_text()
+        assert layout.notebook(Step.VERIFY, 1).is_file()  # the failed verify is kept
     else:
         assert attempts == 1
 
-    first = json.loads(run.file("build-attempt-1.json").read_text())
-    assert first["reused_wheel"] == "" and first["progress"]["done"] == first["progress"]["total"] > 100
-    build = json.loads(run.file("build.json").read_text())
-    assert build["ok"] and build["wheel"]["name"].startswith("llama_cpp_python-0.3.36-")
-    assert build["source"]["sha256"] == params.source.sha256
-    assert (run.path / "wheelhouse" / f"attempt-{attempts}" / build["wheel"]["name"]).is_file()
-    assert "-DGGML_CUDA=off" in run.file("build-attempt-1.log").read_text()
+    first = read_json(BuildResult, layout.build_result(1))
+    assert first.reused_wheel == "" and first.progress.done == first.progress.total > 100
+    last = read_json(BuildResult, layout.build_result(attempts))
+    assert last.ok and last.wheel.name.startswith("llama_cpp_python-0.3.36-")
+    assert last.source.sha256 == params.source.sha256
+    assert (layout.wheel_dir(attempts) / last.wheel.name).is_file()
+    assert "-DGGML_CUDA=off" in layout.build_log(1).read_text()
 
-    verify = read_facts(VerifyResult, run.file(f"verify-attempt-{attempts}.json"))
+    verify = read_json(VerifyResult, layout.verify_result(attempts))
     assert verify.ok and verify.probe.result["version"] == "0.3.36"
     assert verify.probe.result["supports_gpu_offload"] is False
     assert [p.n_gpu_layers for p in verify.points] == [0]
     point = verify.points[0]
     assert point.status == "ok" and point.pp_tokens_per_s > 0 and point.tg_tokens_per_s > 0
     assert verify.agreement is None  # nothing to compare on a CPU-only build
-    assert run.file(f"throughput-attempt-{attempts}.png").stat().st_size > 1000
+    assert layout.throughput(attempts, ".png").stat().st_size > 1000
 
-    manifest = json.loads(run.file("manifest.json").read_text())
-    for name in ("01-detect.ipynb", "02-configure.ipynb", "03-build-attempt-1.ipynb",
-                 f"05-verify-attempt-{attempts}.ipynb", "detect.json", "plan-attempt-1.json", "build.json",
-                 "verify.json", f"throughput-attempt-{attempts}.csv", "build-attempt-1.log"):
-        assert name in manifest["files"], name
+    manifest = json.loads(layout.manifest.read_text())
+    for path in (layout.notebook(Step.DETECT), layout.notebook(Step.CONFIGURE), layout.notebook(Step.BUILD, 1),
+                 layout.notebook(Step.VERIFY, attempts), layout.detect_facts, layout.plan(1),
+                 layout.build_result(attempts), layout.verify_result(attempts), layout.throughput(attempts, ".csv"),
+                 layout.build_log(1)):
+        assert path.name in manifest["files"], path.name
     assert manifest["outcome"] == "ok"
-    executed = nbformat.read(run.file(f"05-verify-attempt-{attempts}.ipynb"), as_version=4)
+    executed = nbformat.read(layout.notebook(Step.VERIFY, attempts), as_version=4)
     assert any(o.get("output_type") in ("display_data", "execute_result") and "image/png" in o.get("data", {})
                for c in executed.cells for o in c.get("outputs", []))  # the plot, shown in the notebook

@@ -10,10 +10,12 @@ import dataclasses
 import pytest
 from conftest import H100, make_facts
 
-from playbook.build import run_build
-from playbook.diagnose import diagnose_file
+from playbook.knowledge.failures import diagnose_file
 from playbook.params import load_params
-from playbook.plan import apply_remedies, configure
+from playbook.runfolder.layout import Layout
+from playbook.steps.build import run_build
+from playbook.steps.configure import configure
+from playbook.steps.repair import apply_remedies
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +36,7 @@ def test_deprecated_flag_is_replaced_then_the_missing_cublas_is_named(this_machi
     source, cache = pinned_source
     params = load_params(None, ["backend=cpu", "build.ccache=off", "build.cmake_args=['-DLLAMA_CUBLAS=on']"])
     plan = configure(this_machine, params)
-    first = run_build(plan, source, tmp_path, cache)
+    first = run_build(plan, source, Layout(tmp_path), cache)
     assert not first.ok
     assert ids(tmp_path, first)[0] == "deprecated-cuda-flag"
 
@@ -42,7 +44,7 @@ def test_deprecated_flag_is_replaced_then_the_missing_cublas_is_named(this_machi
     assert fixed and "-DLLAMA_CUBLAS=on" not in fixed.cmake_args and "-DGGML_CUDA=on" in fixed.cmake_args
     fixed = dataclasses.replace(fixed, cmake_args=[a for a in fixed.cmake_args if a != "-DGGML_CUDA=off"]
                                 + ["-DCMAKE_CUDA_ARCHITECTURES=90"], env={"CUDACXX": cuda13.nvcc})
-    second = run_build(fixed, source, tmp_path, cache)
+    second = run_build(fixed, source, Layout(tmp_path), cache)
     assert not second.ok
     assert "cublas-missing" in ids(tmp_path, second)
     assert "deprecated-cuda-flag" not in ids(tmp_path, second)
@@ -53,8 +55,9 @@ def test_architecture_dropped_by_nvcc_13_is_replaced_by_the_gpus(this_machine, c
     params = load_params(None, ["backend=cuda", "build.ccache=off", "cuda.architectures=61",
                                 f"cuda.toolkit={cuda13.root}"])
     plan = configure(this_machine, params)
-    assert any("CUDA 13.0 dropped sm_61" in w for w in plan.warnings)  # said before building
-    result = run_build(plan, source, tmp_path, cache)
+    assert "cuda-arch-unsupported" in plan.warning_codes()  # said before building
+    assert any("CUDA 13.0 dropped sm_61" in w for w in map(str, plan.warnings))
+    result = run_build(plan, source, Layout(tmp_path), cache)
     assert not result.ok
     findings = diagnose_file(tmp_path / result.log_file)
     assert findings[0].id == "cuda-arch-unsupported"

@@ -1,0 +1,262 @@
+"""``playbook``: a thin command line over the chain, the run folder and the knowledge base.
+
+Each command parses its arguments and calls one function; a :class:`PlaybookError` becomes one line
+on stderr and the exit status its class names (:class:`playbook.errors.ExitCode`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from playbook.errors import ExitCode, PlaybookError
+
+DESCRIPTION = """Build llama-cpp-python with GPU acceleration, reproducibly.
+
+commands:
+  run       detect → configure → build (⇄ repair) → verify, each step an executed notebook
+            in a new run folder under outputs/ (the build's provenance archive)
+  resume    continue a run that was killed, from its last completed step
+  plan      detect this machine and print the build plan with its reasons; builds nothing
+  detect    print what this machine has (JSON)
+  diagnose  name the known failures in a build log, traceback or runtime output you already have
+  bundle    write the wheels and the trimmed source that run needs on a machine without network
+  check     re-hash a run folder against its manifest.json and provenance.json
+  attest    write provenance.json for a run folder written before attestation existed
+  report    write a run folder's index.html and its executed notebooks as HTML
+  compare   one table (CSV) and plot across run folders from many machines
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="playbook", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run the whole chain headless with papermill")
+    _add_params_options(run)
+    run.add_argument("--output", type=Path, default=None,
+                     help="folder that receives the run folder (default: $LLAMA_PLAYBOOK_OUTPUTS, else outputs/)")
+    _add_chain_options(run)
+
+    resume = commands.add_parser("resume", help="continue a killed run from its last completed step")
+    resume.add_argument("run_dir", type=Path)
+    _add_chain_options(resume)
+
+    plan = commands.add_parser("plan", help="print the build plan with its reasons; builds nothing")
+    _add_params_options(plan)
+
+    commands.add_parser("detect", help="print the detected facts as JSON")
+
+    diagnose = commands.add_parser("diagnose", help="name known failures in a log file")
+    diagnose.add_argument("path", type=Path, help="a build log, traceback or runtime output")
+    diagnose.add_argument("--json", action="store_true", help="print a JSON list of findings")
+
+    bundle = commands.add_parser("bundle", help="write the wheels and trimmed source a machine without network needs")
+    bundle.add_argument("dest", type=Path, help="folder that receives wheels/, source/, BUNDLE.json and README.txt")
+    bundle.add_argument("--python", dest="python_version", default="3.12", metavar="X.Y",
+                        help="the target's Python version (default: 3.12)")
+    bundle.add_argument("--platform", dest="platforms", action="append", default=None, metavar="TAG",
+                        help="a wheel platform tag the target accepts (repeatable; default: manylinux x86_64 tags)")
+    bundle.add_argument("--exclude-present", type=Path, default=None, metavar="FILE",
+                        help="distributions already installed there, one a line, e.g. params/present/gpu-machine.txt")
+    bundle.add_argument("--sdist", type=Path, default=None, metavar="PATH",
+                        help="llama-cpp-python sdist or unpacked tree (default: the pinned sdist, downloaded if needed)")
+    bundle.add_argument("--requirement", dest="requirements", action="append", default=None, metavar="SPEC",
+                        help="bundle these instead of the headless requirements (repeatable)")
+    bundle.add_argument("--max-size", type=float, default=None, metavar="MIB",
+                        help="refuse a bundle larger than this (e.g. what a transfer to the target allows)")
+
+    check = commands.add_parser("check", help="re-hash a run folder against manifest.json and provenance.json")
+    check.add_argument("run_dir", type=Path)
+    check.add_argument("--allow-missing", action="append", default=[], metavar="GLOB",
+                       help="files that may be absent, e.g. 'wheelhouse/*' (repeatable)")
+
+    attest = commands.add_parser("attest", help="write provenance.json for a run written before attestation existed")
+    attest.add_argument("run_dir", type=Path)
+    attest.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                        help="absent files left out of the archive on purpose, e.g. 'wheelhouse/*' (repeatable)")
+    attest.add_argument("--note", default="written after the run by `playbook attest` from the archived files",
+                        help="why the attestation is retroactive (recorded in it)")
+
+    report = commands.add_parser("report", help="write index.html and the executed notebooks as HTML")
+    report.add_argument("run_dir", type=Path)
+    report.add_argument("--output", default="", metavar="URL",
+                        help="folder or URL papermill can write to, e.g. s3://bucket/run (default: RUN_DIR/report)")
+
+    compare = commands.add_parser("compare", help="a table and plot across run folders (globs allowed)")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    compare.add_argument("--output", type=Path, default=None,
+                         help="folder for compare.csv, compare.png and the executed compare.ipynb "
+                              "(default: compare/ in the outputs folder)")
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(message)s", stream=sys.stderr)
+    try:
+        return int(COMMANDS[args.command](args))
+    except PlaybookError as error:
+        print(f"playbook: {error}", file=sys.stderr)
+        return int(error.exit_code)
+    except KeyboardInterrupt:
+        print("playbook: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+
+
+def _add_params_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", type=Path, default=None, help="parameter file (default: params/default.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one parameter, e.g. --set model.shape=1b (repeatable)")
+
+
+def _add_chain_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="build even when the plan says the build must fail (its blockers)")
+    parser.add_argument("--verbose", action="store_true", help="show every notebook cell's output as it runs")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from playbook.chain import run_chain
+    from playbook.interfaces.terminal import ConsoleReporter
+    from playbook.params import load_params
+    from playbook.resources import default_output_root, resolve_params_file
+    from playbook.runfolder.folder import check_writable
+    from playbook.steps.source import resolve_params_source
+
+    params_file = resolve_params_file(args.params) if args.params else None
+    params = load_params(params_file, args.overrides)
+    output_root = args.output or default_output_root()
+    check_writable(output_root)
+    resolve_params_source(params)  # a version that does not exist is refused before a run folder exists
+    source = str(args.params or "params/default.yaml") + "".join(f" --set {o}" for o in args.overrides)
+    run = run_chain(params, source, output_root, force=args.force, verbose=args.verbose,
+                    on_event=ConsoleReporter(progress=not args.verbose))
+    return _exit_status(run)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from playbook.chain import resume
+    from playbook.interfaces.terminal import ConsoleReporter
+
+    run = resume(args.run_dir, force=args.force, verbose=args.verbose, on_event=ConsoleReporter(progress=not args.verbose))
+    return _exit_status(run)
+
+
+def _exit_status(run) -> int:  # type: ignore[no-untyped-def]
+    from playbook.runfolder.folder import Outcome
+
+    return int(ExitCode.OK if run.record().outcome is Outcome.OK else ExitCode.RUN_FAILED)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from playbook.interfaces.tables import plan_summary
+    from playbook.params import load_params
+    from playbook.resources import resolve_params_file
+    from playbook.steps.configure import configure
+    from playbook.steps.detect import detect
+
+    plan = configure(detect(), load_params(resolve_params_file(args.params) if args.params else None, args.overrides))
+    print(plan_summary(plan))
+    print()
+    for decision in plan.decisions:
+        print(f"- {decision.what}: {decision.value}\n    because {decision.reason}")
+    for shell, lines in plan.shell_commands.items():
+        print(f"\nto build by hand, {shell}:")
+        print("\n".join(f"  {line}" for line in lines))
+    for blocker in plan.blockers:
+        print(f"\nREFUSED: {blocker}")
+    return int(ExitCode.REFUSED if plan.blockers else ExitCode.OK)
+
+
+def _detect(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from playbook.steps.detect import detect
+
+    print(json.dumps(dataclasses.asdict(detect()), indent=2))
+    return 0
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    from playbook.knowledge.failures import diagnose_file
+
+    findings = diagnose_file(args.path)
+    if args.json:
+        print(json.dumps([f.to_dict() for f in findings], indent=2))
+        return int(ExitCode.FOUND if findings else ExitCode.OK)
+    if not findings:
+        print(f"no known failure found in {args.path}")
+    for finding in findings:
+        print(f"[{finding.id}] {finding.title}" + (f" ({finding.stage})" if finding.stage else ""))
+        print(f"  line {finding.line_number}: {finding.evidence}")
+        print(f"  fix{' (automatic in playbook run)' if finding.automatic else ''}: {finding.fix}\n")
+    return int(ExitCode.FOUND if findings else ExitCode.OK)
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from playbook.offline.bundle import DEFAULT_PLATFORMS, make_bundle
+    from playbook.params import load_params
+    from playbook.steps.source import resolve_params_source
+
+    sdist = args.sdist
+    if sdist is None:
+        sdist = Path(resolve_params_source(load_params(None)).path)
+    made = make_bundle(args.dest, sdist, args.python_version, args.platforms or DEFAULT_PLATFORMS,
+                       args.requirements, args.exclude_present,
+                       max_bytes=int(args.max_size * 2**20) if args.max_size else None,
+                       log=lambda line: print(line, file=sys.stderr))
+    print(made.summary())
+    print(f"on the target, in the playbook's checkout:\n  {made.command}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from playbook.runfolder.integrity import check_run
+
+    result = check_run(args.run_dir, args.allow_missing)
+    print("\n".join(result.lines()))
+    return 0 if result.ok else 1
+
+
+def _attest(args: argparse.Namespace) -> int:
+    from playbook.runfolder.attestation import write_attestation
+    from playbook.runfolder.folder import RunFolder
+    from playbook.runfolder.integrity import amend_manifest
+
+    path = write_attestation(RunFolder(args.run_dir), retroactive=args.note)
+    try:
+        amend_manifest(args.run_dir, args.exclude, f"added {path.name} (retroactive attestation)"
+                       + (f"; marked absent {', '.join(args.exclude)} as not archived" if args.exclude else ""))
+    except ValueError as error:
+        path.unlink()
+        print(f"playbook: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}; {RunFolder(args.run_dir).layout.manifest} amended")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from playbook.interfaces.report import write_report
+
+    print(f"wrote {write_report(args.run_dir, args.output)}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from playbook.interfaces.fleet import expand_run_dirs, run_compare_notebook
+    from playbook.resources import default_output_root
+
+    run_dirs = expand_run_dirs(args.run_dirs)
+    for path in run_compare_notebook(run_dirs, args.output or default_output_root() / "compare"):
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"run": _run, "resume": _resume, "plan": _plan, "detect": _detect, "diagnose": _diagnose, "bundle": _bundle,
+            "check": _check, "attest": _attest, "report": _report, "compare": _compare}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""What the notebooks show: tables of facts, plans and findings, and build progress."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pandas as pd
+
+from playbook.knowledge.failures import Finding
+from playbook.steps.build import BuildResult
+from playbook.steps.configure import BuildPlan
+from playbook.steps.detect import Facts
+from playbook.verify.step import VerifyResult
+
+
+def machine_table(facts: Facts) -> pd.DataFrame:
+    compilers = ", ".join(f"{t.name} {t.version}" for t in facts.compilers if t.found) or "none found"
+    rows = [
+        ("OS", f"{facts.os.pretty_name} ({facts.os.system} {facts.os.release}, {facts.os.machine})"
+               + (", WSL" if facts.os.is_wsl else "")),
+        ("CPU", f"{facts.cpu.model}, {facts.cpu.logical_cores} logical cores, {' '.join(facts.cpu.flags)}"),
+        ("memory", f"{facts.memory.total_mib} MiB, {facts.memory.available_mib} MiB available"),
+        ("Python", f"{facts.python.version} {facts.python.implementation} {facts.python.bits}-bit "
+                   f"({facts.python.executable}), pip {facts.python.pip_version or 'missing'}"),
+        ("compilers", compilers),
+        ("CMake", facts.cmake.version if facts.cmake.found else "not found"),
+        ("ninja", facts.ninja.version if facts.ninja.found else "not found"),
+        ("NVIDIA driver", f"{facts.driver.version} (CUDA {facts.driver.cuda_version}, via {facts.driver.source})"
+                          if facts.driver.found else f"not found ({facts.driver.error[:120]})"),
+        ("llama_cpp installed", f"{facts.llama_cpp.version}, GPU offload {facts.llama_cpp.supports_gpu_offload}"
+                                if facts.llama_cpp.found else "no"),
+    ]
+    return pd.DataFrame(rows, columns=["what", "found"]).set_index("what")
+
+
+def toolkits_table(facts: Facts) -> pd.DataFrame:
+    rows = [
+        {"root": t.root, "found by": t.found_by, "nvcc": t.version, "cuBLAS": t.has_cublas,
+         **{f"CCCL {name}": ok for name, ok in t.cccl_headers.items()}}
+        for t in facts.cuda_toolkits
+    ]
+    return pd.DataFrame(rows) if rows else pd.DataFrame({"CUDA toolkits": ["none found"]})
+
+
+def gpus_table(facts: Facts) -> pd.DataFrame:
+    rows = [
+        {"index": g.index, "name": g.name, "memory (MiB)": g.memory_total_mib, "compute capability": g.compute_capability}
+        for g in facts.gpus
+    ]
+    return pd.DataFrame(rows) if rows else pd.DataFrame({"GPUs": ["no NVIDIA GPU visible"]})
+
+
+def environment_table(facts: Facts) -> pd.DataFrame:
+    return pd.DataFrame(sorted(facts.environment.items()), columns=["variable", "value (secrets redacted)"])
+
+
+def plan_table(plan: BuildPlan) -> pd.DataFrame:
+    return pd.DataFrame([(d.what, d.value, d.reason) for d in plan.decisions], columns=["decision", "value", "reason"])
+
+
+def plan_summary(plan: BuildPlan) -> str:
+    lines = [f"attempt {plan.attempt}: backend {plan.backend}, {plan.jobs} parallel jobs",
+             f"CMAKE_ARGS={plan.cmake_args_string}"]
+    lines += [f"{name}={value}" for name, value in sorted(plan.env.items())]
+    lines += [f"WARNING: {warning}" for warning in plan.warnings]
+    return "\n".join(lines)
+
+
+def findings_table(findings: list[Finding]) -> pd.DataFrame:
+    columns = ["id", "title", "evidence", "fix", "automatic"]
+    return pd.DataFrame([{c: getattr(f, c) for c in columns} for f in findings], columns=columns)
+
+
+def build_summary(result: BuildResult) -> pd.DataFrame:
+    rows = [
+        ("outcome", "built" if result.ok else ("timed out" if result.timed_out else f"failed (exit {result.exit_code})")),
+        ("duration", f"{result.duration_s:.0f} s"),
+        ("compile steps", f"{result.progress.done}/{result.progress.total}"),
+        ("source", f"{result.source.origin}"),
+        ("log", result.log_file),
+        ("fingerprint", result.fingerprint),
+        ("compiler cache", f"{result.ccache.hits} hits, {result.ccache.misses} misses" if result.ccache else "not used"),
+    ]
+    if result.reused_wheel:
+        rows.append(("wheel cache", f"reused {result.reused_wheel}: same source, CMake arguments, toolchain, Python"))
+    if result.wheel:
+        rows += [("wheel", result.wheel.name), ("size", f"{result.wheel.size_bytes / 2**20:.1f} MiB"),
+                 ("sha256", result.wheel.sha256)]
+    return pd.DataFrame(rows, columns=["what", "value"]).set_index("what")
+
+
+def sweep_table(result: VerifyResult) -> pd.DataFrame:
+    return pd.DataFrame([vars(p) for p in result.points])
+
+
+class BuildProgress:
+    """ninja's ``[n/N]`` as a progress bar for a person, as sparse lines for a headless run."""
+
+    def __init__(self, interactive: bool, every_percent: int = 10):
+        self.interactive = interactive
+        self.every = every_percent
+        self.next_report = 0
+        self.started = time.monotonic()
+        self.bar = None
+        if interactive:
+            import ipywidgets
+            from IPython.display import display
+
+            self.bar = ipywidgets.IntProgress(min=0, max=1, description="compiling")
+            self.label = ipywidgets.Label("waiting for CMake…")
+            display(ipywidgets.HBox([self.bar, self.label]))
+
+    def __call__(self, done: int, total: int, line: str) -> None:
+        if self.bar is not None:
+            self.bar.max, self.bar.value = total, done
+            self.label.value = f"[{done}/{total}] {time.monotonic() - self.started:.0f} s"
+            return
+        percent = 100 * done // max(total, 1)
+        if percent >= self.next_report or done == total:
+            print(f"[{done}/{total}] {percent}% after {time.monotonic() - self.started:.0f} s", flush=True)
+            sys.stdout.flush()
+            self.next_report = percent + self.every

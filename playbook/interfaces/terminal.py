@@ -1,0 +1,186 @@
+"""What ``playbook run`` shows in a terminal: one line per step, a progress bar while a step works,
+failures stated plainly, and a summary that says what to do next. Everything else is in the run folder.
+
+The step notebooks run in a kernel; their progress is read from the files they write (ninja's
+``[n/N]`` in the build log, one ``bench-ngl-*.log`` per sweep point), drawn with tqdm.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from playbook.chain import StepCall
+from playbook.runfolder.folder import Outcome, RunFolder, StepRecord
+from playbook.runfolder.layout import Step
+from playbook.serialization import read_json
+
+POLL_S = 0.5
+
+
+class ConsoleReporter:
+    """The ``on_event`` callback of :func:`playbook.chain.drive` for a person at a terminal."""
+
+    def __init__(self, stream: TextIO = sys.stdout, progress: bool = True):
+        self.stream = stream
+        self.progress = progress
+        self.run: RunFolder | None = None
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    def __call__(self, kind: str, value: Any) -> None:
+        getattr(self, f"on_{kind}")(value)
+
+    def say(self, line: str = "") -> None:
+        print(line, file=self.stream, flush=True)
+
+    def on_run(self, run: RunFolder) -> None:
+        self.run = run
+        self.say(f"run folder: {run.path}")
+
+    def on_start(self, call: StepCall) -> None:
+        if not self.progress or call.step not in (Step.BUILD, Step.VERIFY):
+            return
+        self._stop.clear()
+        self._poller = threading.Thread(target=self._poll, args=(call,), daemon=True)
+        self._poller.start()
+
+    def on_end(self, record: StepRecord) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+            self._poller = None
+        self.say(step_line(record))
+        if record.step is Step.REPAIR and self.run is not None:
+            for line in repair_lines(self.run, record.attempt):
+                self.say(f"    {line}")
+
+    def on_finished(self, run: RunFolder) -> None:
+        self.say()
+        for line in summary_lines(run):
+            self.say(line)
+
+    def _poll(self, call: StepCall) -> None:
+        from playbook.interfaces.walkthrough import latest_progress
+
+        assert self.run is not None
+        layout = self.run.layout
+        if call.step is Step.BUILD:
+            bar = tqdm(total=1, desc="  compiling", unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
+            while not self._stop.wait(POLL_S):
+                done, total = latest_progress(layout.build_log(call.attempt))
+                if total:
+                    bar.total = total
+                    bar.n = done
+                    bar.refresh()
+        else:
+            expected = expected_sweep_points(self.run)
+            bar = tqdm(total=expected or None, desc="  measuring", unit="point", file=sys.stderr, leave=False,
+                       dynamic_ncols=True)
+            while not self._stop.wait(POLL_S):
+                bar.n = len(list(layout.verify_logs(call.attempt).glob("bench-ngl-*.log")))
+                bar.refresh()
+        bar.close()
+
+
+def expected_sweep_points(run: RunFolder) -> int:
+    params = run.params()
+    if params.verify.n_gpu_layers:
+        return len(set(params.verify.n_gpu_layers))
+    return params.verify.sweep_points
+
+
+def step_line(record: StepRecord) -> str:
+    mark = {Outcome.OK: "✓", Outcome.REUSED: "✓"}.get(record.outcome, "✗")
+    label = record.step.label(record.attempt)
+    findings = f" [{', '.join(record.findings)}]" if record.findings and record.outcome is not Outcome.OK else ""
+    message = f"  {record.message}" if record.message else ""
+    if record.step is Step.REPAIR:
+        message = ""  # repair_lines says it in full
+    return f"{mark} {label:<22} {record.outcome.value:<11} {record.duration_s:7.1f} s{findings}{message}"[:220]
+
+
+def repair_lines(run: RunFolder, attempt: int) -> list[str]:
+    """Each finding as "what happened → the known failure → what the playbook does"."""
+    from playbook.steps.configure import BuildPlan
+    from playbook.steps.repair import Diagnosis
+
+    layout = run.layout
+    if not layout.diagnosis(attempt).is_file():
+        return []
+    diagnosis = read_json(Diagnosis, layout.diagnosis(attempt))
+    next_plan = read_json(BuildPlan, layout.plan(attempt + 1)) if diagnosis.next_plan else None
+    lines = []
+    for finding in diagnosis.findings:
+        if next_plan is not None and finding.id in next_plan.remedies_applied:
+            action = "rebuilding with " + (changed_arguments(run, attempt) or "the remedy")
+        elif finding.automatic:
+            action = "a remedy exists, but no attempt is left (build.max_attempts)"
+        else:
+            action = "needs you: " + finding.fix.splitlines()[0][:160]
+        lines.append(f"{plain_evidence(finding)} → {finding.id} → {action}")
+    if not diagnosis.findings:
+        lines.append(diagnosis.message)
+    return lines
+
+
+def plain_evidence(finding: Any) -> str:
+    evidence = " ".join(finding.evidence.split())
+    if finding.id in ("process-crash", "cpu-amx-fault") and "SIG" in evidence:
+        return "the wheel crashed (" + evidence[:120] + ")"
+    return evidence[:140]
+
+
+def changed_arguments(run: RunFolder, attempt: int) -> str:
+    from playbook.steps.configure import BuildPlan
+
+    before = read_json(BuildPlan, run.layout.plan(attempt))
+    after = read_json(BuildPlan, run.layout.plan(attempt + 1))
+    added = [a for a in after.cmake_args if a not in before.cmake_args]
+    env = [f"{k}={v}" for k, v in after.env.items() if before.env.get(k) != v]
+    return " ".join(added + env)
+
+
+def summary_lines(run: RunFolder) -> list[str]:
+    """The end of a run: where the wheel is and how to install it, what it is, what was repaired, how
+    fast it ran, and where the report is."""
+    from playbook.steps.build import BuildResult
+    from playbook.steps.configure import BuildPlan
+    from playbook.verify.step import VerifyResult
+
+    record = run.record()
+    layout = run.layout
+    lines = [f"outcome: {record.outcome.value}" + (f": {record.message}" if record.message else "")]
+    attempt = layout.latest_attempt("build")
+    if attempt:
+        build = read_json(BuildResult, layout.build_result(attempt))
+        plan = read_json(BuildPlan, layout.plan(attempt))
+        if build.ok and build.wheel:
+            wheel = Path(build.wheel.path)
+            how = "reused from the wheel cache" + (f" (built by run {build.reused_from_run})"
+                                                   if build.reused_from_run else "") if build.reused_wheel else \
+                f"built in {build.duration_s:.0f} s"
+            lines.append(f"wheel: {wheel} ({how})")
+            lines.append(f"  install it: pip install {shlex.quote(str(wheel))}")
+        lines.append(f"backend: {plan.backend.value}" + (f", CUDA architectures {plan.cuda_architectures}"
+                                                        if plan.cuda_architectures else ""))
+        if plan.remedies_applied:
+            lines.append(f"repaired: {', '.join(plan.remedies_applied)} (attempt {attempt} built with "
+                         f"{plan.cmake_args_string})")
+        if layout.verify_result(attempt).is_file():
+            verify = read_json(VerifyResult, layout.verify_result(attempt))
+            ok = [p for p in verify.points if p.status == "ok"]
+            if ok:
+                full = max(ok, key=lambda p: p.n_gpu_layers)
+                where = f"with {full.n_gpu_layers} layers on the GPU" if full.n_gpu_layers else "on the CPU"
+                lines.append(f"throughput {where}: token generation {full.tg_tokens_per_s:.1f} t/s, "
+                             f"prompt processing {full.pp_tokens_per_s:.1f} t/s")
+    lines.append(f"details: {run.path} (run.json, the executed notebooks, logs)")
+    lines.append(f"  report: playbook report {shlex.quote(str(run.path))}   "
+                 f"(writes {run.layout.report / 'index.html'})")
+    return lines

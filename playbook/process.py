@@ -1,0 +1,128 @@
+"""Every subprocess the playbook starts: argument lists, never a shell, always a time limit.
+
+:func:`run_streaming` is for long, talkative work (a build): each output line goes to a callback as it
+arrives, and two limits are enforced by a clock, not by the arrival of output, so a child that hangs
+without printing is stopped too:
+
+- ``timeout_s``: the whole run;
+- ``silence_timeout_s``: the longest stretch without a line of output (a stalled build).
+
+On a limit the child's whole process group is killed (compilers are grandchildren of pip).
+:func:`run_captured` is for short commands whose output is read afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+LineCallback = Callable[[str], None]
+
+
+@dataclass
+class StreamOutcome:
+    returncode: int | None
+    duration_s: float
+    timed_out: bool = False  # the whole run passed timeout_s
+    stalled: bool = False  # no output for silence_timeout_s
+    silent_for_s: float = 0.0  # the longest silence seen
+
+    @property
+    def stopped(self) -> bool:
+        return self.timed_out or self.stalled
+
+
+def run_streaming(
+    command: Sequence[str],
+    on_line: LineCallback,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout_s: float = 3600,
+    silence_timeout_s: float | None = None,
+    poll_s: float = 1.0,
+) -> StreamOutcome:
+    """Run ``command``, handing each line of its merged stdout and stderr to ``on_line``."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        list(command), env=dict(env) if env is not None else None, cwd=cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, start_new_session=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    outcome = StreamOutcome(returncode=None, duration_s=0.0)
+    last_output = started
+    ended = False
+    while not ended:
+        try:
+            line = lines.get(timeout=poll_s)
+        except queue.Empty:
+            line = ""
+        now = time.monotonic()
+        if line is None:
+            ended = True
+        elif line:
+            last_output = now
+            on_line(line)
+        outcome.silent_for_s = max(outcome.silent_for_s, now - last_output)
+        if ended:
+            break
+        if now - started > timeout_s:
+            outcome.timed_out = True
+        elif silence_timeout_s is not None and now - last_output > silence_timeout_s:
+            outcome.stalled = True
+        if outcome.stopped:
+            kill_group(proc)
+            break
+    outcome.returncode = proc.wait()
+    reader.join(timeout=5)
+    while not lines.empty():  # what the child printed before it was killed
+        if (line := lines.get_nowait()) is not None:
+            on_line(line)
+    outcome.duration_s = round(time.monotonic() - started, 2)
+    return outcome
+
+
+def run_captured(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout_s: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """A short command's exit status and output; a command that outlives ``timeout_s`` is killed and
+    reported with returncode -9 and what it printed so far."""
+    try:
+        return subprocess.run(list(command), env=dict(env) if env is not None else None, cwd=cwd,
+                              capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as expired:
+        def text(value: bytes | str | None) -> str:
+            return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+        return subprocess.CompletedProcess(list(command), -9, text(expired.stdout),
+                                           text(expired.stderr) + f"\nkilled after {timeout_s:.0f} s")
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """Kill a child started with ``start_new_session`` and everything it started."""
+    if os.name == "posix":
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    else:
+        proc.kill()

@@ -1,0 +1,208 @@
+"""The run folder's layout: every file name in it, which step owns it, and the way back from a name.
+
+This module is the only place that spells a file name of a run folder. Steps ask :class:`Layout`
+for the path they write; :func:`owner_of` reads a name back (for ``history/`` and the chain).
+
+    params.json  run.json  manifest.json  provenance.json            the run's own records
+    01-detect.ipynb  detect.json                                     detect
+    02-configure.ipynb  plan-attempt-1.json                          configure
+    03-build-attempt-N.ipynb  build-attempt-N.json/.log              build
+    wheelhouse/attempt-N/*.whl
+    04-repair-attempt-N.ipynb  diagnosis-attempt-N.json              repair (also plan-attempt-N+1.json)
+    05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
+    verify-logs/attempt-N/  throughput-attempt-N.csv/.png/.svg
+    llama-bench-attempt-N.log
+    history/NNN-<step>[-attempt-N]/                                  earlier executions, moved aside
+    report/                                                          derived HTML (playbook report)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path, PurePosixPath
+
+
+class Step(str, Enum):
+    """The five steps, in the order of their notebooks' numbers."""
+
+    DETECT = "detect"
+    CONFIGURE = "configure"
+    BUILD = "build"
+    REPAIR = "repair"
+    VERIFY = "verify"
+
+    @property
+    def number(self) -> int:
+        return list(Step).index(self) + 1
+
+    @property
+    def per_attempt(self) -> bool:
+        """detect and configure run once per run folder; the others once per build attempt."""
+        return self in (Step.BUILD, Step.REPAIR, Step.VERIFY)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def label(self, attempt: int) -> str:
+        return f"{self.value} (attempt {attempt})" if self.per_attempt else self.value
+
+
+# Within an attempt, repair follows a failed build or a failed verify.
+CHAIN_ORDER = {Step.DETECT: 1, Step.CONFIGURE: 2, Step.BUILD: 3, Step.VERIFY: 4, Step.REPAIR: 5}
+
+PARAMS = "params.json"
+RUN = "run.json"
+MANIFEST = "manifest.json"
+ATTESTATION = "provenance.json"
+HISTORY = "history"
+REPORT = "report"
+LOCK = ".run.lock"
+
+DETECT_FACTS = "detect.json"
+WHEELHOUSE = "wheelhouse"
+VERIFY_LOGS = "verify-logs"
+
+# The step that writes each per-attempt file stem; plan-attempt-N (N > 1) is repair's, of attempt N-1.
+STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
+              "throughput": Step.VERIFY, "llama-bench": Step.VERIFY}
+FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY}
+# Copies of the newest attempt's facts that playbooks before the run-folder layout wrote; read, never written.
+LEGACY_LATEST = {"plan.json": Step.CONFIGURE, "build.json": Step.BUILD, "diagnosis.json": Step.REPAIR,
+                 "verify.json": Step.VERIFY}
+
+_NOTEBOOK = re.compile(r"^0(?P<number>\d)-(?P<step>[a-z]+)(?:-attempt-(?P<attempt>\d+))?\.ipynb$")
+_ATTEMPT_FILE = re.compile(r"^(?P<stem>[a-z-]+?)-attempt-(?P<attempt>\d+)\.(?:json|log|csv|png|svg)$")
+_ATTEMPT_FOLDER = re.compile(r"^attempt-(?P<attempt>\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where an execution sits in the chain: attempt 0 holds detect and configure."""
+
+    attempt: int
+    order: int
+
+    @classmethod
+    def of(cls, step: Step, attempt: int) -> Position:
+        return cls(attempt if step.per_attempt else 0, CHAIN_ORDER[step])
+
+
+@dataclass(frozen=True)
+class Owner:
+    step: Step
+    attempt: int
+
+    @property
+    def position(self) -> Position:
+        return Position.of(self.step, self.attempt)
+
+
+class Layout:
+    """The paths of one run folder."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.root / name
+
+    # ---- the run's own records
+    @property
+    def params(self) -> Path:
+        return self.root / PARAMS
+
+    @property
+    def run_record(self) -> Path:
+        return self.root / RUN
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def attestation(self) -> Path:
+        return self.root / ATTESTATION
+
+    @property
+    def history(self) -> Path:
+        return self.root / HISTORY
+
+    @property
+    def report(self) -> Path:
+        return self.root / REPORT
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK
+
+    # ---- the steps' files
+    def notebook(self, step: Step, attempt: int = 1) -> Path:
+        suffix = f"-attempt-{attempt}" if step.per_attempt else ""
+        return self.root / f"{step.number:02d}-{step.value}{suffix}.ipynb"
+
+    @property
+    def detect_facts(self) -> Path:
+        return self.root / DETECT_FACTS
+
+    def plan(self, attempt: int) -> Path:
+        return self._attempt_file("plan", attempt, ".json")
+
+    def build_result(self, attempt: int) -> Path:
+        return self._attempt_file("build", attempt, ".json")
+
+    def build_log(self, attempt: int) -> Path:
+        return self._attempt_file("build", attempt, ".log")
+
+    def wheel_dir(self, attempt: int) -> Path:
+        return self.root / WHEELHOUSE / f"attempt-{attempt}"
+
+    def diagnosis(self, attempt: int) -> Path:
+        return self._attempt_file("diagnosis", attempt, ".json")
+
+    def verify_result(self, attempt: int) -> Path:
+        return self._attempt_file("verify", attempt, ".json")
+
+    def verify_logs(self, attempt: int) -> Path:
+        return self.root / VERIFY_LOGS / f"attempt-{attempt}"
+
+    def throughput(self, attempt: int, suffix: str) -> Path:
+        return self._attempt_file("throughput", attempt, suffix)
+
+    def llama_bench_log(self, attempt: int) -> Path:
+        return self._attempt_file("llama-bench", attempt, ".log")
+
+    def attempts(self, stem: str) -> list[int]:
+        """The attempt numbers of ``<stem>-attempt-N.json`` in the folder, in order."""
+        return sorted(int(m["attempt"]) for p in self.root.glob(f"{stem}-attempt-*.json")
+                      if (m := _ATTEMPT_FILE.match(p.name)) and m["stem"] == stem)
+
+    def latest_attempt(self, stem: str) -> int:
+        """The highest attempt number of ``<stem>-attempt-N.json`` in the folder; 0 when none."""
+        return max(self.attempts(stem), default=0)
+
+    def _attempt_file(self, stem: str, attempt: int, suffix: str) -> Path:
+        return self.root / f"{stem}-attempt-{attempt}{suffix}"
+
+
+def owner_of(relative: Path | str) -> Owner | None:
+    """The step execution that wrote a file or per-attempt folder of a run; None for the run's own records."""
+    parts = PurePosixPath(Path(relative).as_posix()).parts
+    if len(parts) == 2 and parts[0] in FOLDER_OWNER and (m := _ATTEMPT_FOLDER.match(parts[1])):
+        return Owner(FOLDER_OWNER[parts[0]], int(m["attempt"]))
+    if len(parts) != 1:
+        return None
+    name = parts[0]
+    if (m := _NOTEBOOK.match(name)) and m["step"] in Step._value2member_map_:
+        return Owner(Step(m["step"]), int(m["attempt"] or 1))
+    if name == DETECT_FACTS:
+        return Owner(Step.DETECT, 1)
+    if (m := _ATTEMPT_FILE.match(name)) and m["stem"] in STEM_OWNER:
+        attempt = int(m["attempt"])
+        if m["stem"] == "plan" and attempt > 1:
+            return Owner(Step.REPAIR, attempt - 1)
+        return Owner(STEM_OWNER[m["stem"]], attempt)
+    if name in LEGACY_LATEST:
+        return Owner(LEGACY_LATEST[name], 1)
+    return None

@@ -1,0 +1,234 @@
+"""Build caches: a stable source tree, a compiler cache (ccache) and a wheel cache by fingerprint.
+
+All three live under one cache folder (``LLAMA_PLAYBOOK_CACHE``, default
+``~/.cache/llama-cpp-playbook``):
+
+- ``src/<sha>/``: the sdist unpacked once, so every build compiles the same paths;
+- ``build/<fingerprint>/``: scikit-build-core's build folder for one configuration;
+- ``ccache/``: ccache's store. ``CCACHE_BASEDIR`` is the cache folder, and every build
+  folder sits at the same depth under it, so a changed flag in one configuration still
+  hits the objects it does not change;
+- ``wheels/<fingerprint>/``: the finished wheel, reused when everything that determines it is equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from playbook.files import atomic_copy, sha256_of
+from playbook.locks import RunLock
+from playbook.serialization import read_json, write_json
+from playbook.steps.source import SourceInfo
+
+WHEEL_ENTRY = "entry.json"
+
+# llama-cpp-python's CMake also installs the libraries into the source tree, and packages the
+# tree's llama_cpp/ folder: a library left there by a build with other flags would ride along.
+IN_TREE_LIBRARIES = "llama_cpp/lib"
+LIBRARY_SUFFIXES = (".so", ".dylib", ".dll", ".lib")
+
+# CMake arguments and variables that change how fast a build goes, never what it produces.
+NOT_IN_FINGERPRINT = re.compile(r"^-D(CMAKE_\w+_COMPILER_LAUNCHER|GGML_CCACHE)=")
+
+
+@dataclass
+class CcacheStats:
+    hits: int = 0
+    misses: int = 0
+    uncacheable: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+def stable_tree(source: SourceInfo, cache_dir: Path) -> Path:
+    """The source as a folder at a path that does not change between builds of the same source."""
+    if source.kind == "tree":
+        return Path(source.path)
+    target = cache_dir / "src" / source.sha256[:16]
+    done = target / ".unpacked"
+    if not done.is_file():
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        with tarfile.open(source.path) as sdist:
+            sdist.extractall(target, filter="data")
+        done.touch()
+    (tree,) = [p for p in target.iterdir() if p.is_dir()]
+    return tree
+
+
+def fingerprint(source: SourceInfo, cmake_args: list[str], env: dict[str, str], toolchain: dict[str, Any]) -> str:
+    """sha256 over everything that determines the wheel: source, CMake arguments, build
+    environment, toolkit and compilers, Python tag and platform."""
+    identity = {
+        "source": source.sha256 or tree_digest(Path(source.path)),
+        "cmake_args": _effective_args(cmake_args),
+        "env": {k: v for k, v in sorted(env.items()) if not k.startswith("CCACHE_")},
+        "toolchain": toolchain,
+        "python": f"{sys.implementation.name}{sys.version_info.major}{sys.version_info.minor}",
+        "platform": sysconfig.get_platform(),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _effective_args(cmake_args: list[str]) -> list[str]:
+    """The arguments CMake acts on, in a canonical order: for a -D variable given twice the last wins."""
+    effective: dict[str, str] = {}
+    for arg in cmake_args:
+        if not NOT_IN_FINGERPRINT.match(arg):
+            effective[arg.split("=", 1)[0] if arg.startswith("-D") else arg] = arg
+    return sorted(effective.values())
+
+
+def tree_digest(tree: Path) -> str:
+    """A cheap digest of a source tree: every file's path, size and modification time."""
+    digest = hashlib.sha256()
+    for path in sorted(tree.rglob("*")):
+        relative = path.relative_to(tree).as_posix()
+        if relative.startswith(IN_TREE_LIBRARIES + "/") or ".git" in path.parts or "__pycache__" in path.parts:
+            continue
+        if path.is_file():
+            stat = path.stat()
+            digest.update(f"{path.relative_to(tree)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def remove_stale_libraries(tree: Path) -> list[str]:
+    """Delete shared libraries an earlier build installed into ``tree/llama_cpp/lib``."""
+    folder = tree / IN_TREE_LIBRARIES
+    removed = []
+    for path in sorted(folder.glob("*")) if folder.is_dir() else []:
+        if path.is_file() and any(suffix in path.name for suffix in LIBRARY_SUFFIXES):
+            path.unlink()
+            removed.append(str(path.relative_to(tree)))
+    return removed
+
+
+@dataclass
+class WheelCacheEntry:
+    """What ``wheels/<fingerprint>/entry.json`` says of the wheel beside it."""
+
+    wheel: str
+    sha256: str
+    size_bytes: int
+    run_id: str = ""  # the run that built it
+    stored: str = ""
+
+
+@dataclass
+class WheelLookup:
+    """A wheel-cache lookup: the wheel to reuse, or why there is none (``rejected`` names a broken entry)."""
+
+    path: Path | None = None
+    entry: WheelCacheEntry | None = None
+    rejected: str = ""  # "truncated", "sha256 differs" ... when an entry was moved aside
+
+
+def cached_wheel(cache_dir: Path, key: str) -> WheelLookup:
+    """The wheel stored under ``key``, checked against its recorded sha256 before it is reused. An entry
+    that does not match (truncated, changed, written by a run that was killed) is moved aside to
+    ``wheels/<key>.rejected-N/`` and reported, so the build runs and stores it anew."""
+    folder = cache_dir / "wheels" / key
+    entry_file = folder / WHEEL_ENTRY
+    wheels = sorted(folder.glob("*.whl"))
+    if not wheels and not entry_file.is_file():
+        return WheelLookup()
+    problem = ""
+    entry = None
+    if not entry_file.is_file():
+        problem = "no entry.json beside the wheel (stored by an older playbook, or interrupted)"
+    else:
+        entry = read_json(WheelCacheEntry, entry_file)
+        wheel = folder / entry.wheel
+        if not wheel.is_file():
+            problem = f"{entry.wheel} is missing"
+        elif wheel.stat().st_size != entry.size_bytes:
+            problem = f"{entry.wheel} is truncated or grown: {wheel.stat().st_size} bytes, recorded {entry.size_bytes}"
+        elif sha256_of(wheel) != entry.sha256:
+            problem = f"{entry.wheel} has another sha256 than recorded ({entry.sha256[:16]}…)"
+        else:
+            return WheelLookup(wheel, entry)
+    aside = _free_name(folder.with_name(f"{key}.rejected"))
+    folder.rename(aside)
+    return WheelLookup(rejected=f"{problem}; moved aside to {aside.name}")
+
+
+def store_wheel(cache_dir: Path, key: str, wheel: Path, run_id: str = "") -> Path:
+    """Store a built wheel under ``key``: copied atomically, then its entry (sha256, size, run) written
+    atomically; under a lock, so two runs storing the same key write it once."""
+    folder = cache_dir / "wheels" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    with RunLock(cache_dir / "wheels" / f"{key}.lock", timeout_s=600):
+        stored = folder / wheel.name
+        if (folder / WHEEL_ENTRY).is_file() and stored.is_file():
+            return stored  # another run stored the same wheel meanwhile
+        atomic_copy(wheel, stored)
+        write_json(WheelCacheEntry(wheel.name, sha256_of(stored), stored.stat().st_size, run_id, _now()),
+                   folder / WHEEL_ENTRY)
+    return stored
+
+
+def _free_name(base: Path) -> Path:
+    number = 1
+    while (candidate := base.with_name(f"{base.name}-{number}")).exists():
+        number += 1
+    return candidate
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def build_dir(cache_dir: Path, key: str) -> Path:
+    return cache_dir / "build" / key[:16]
+
+
+def ccache_env(cache_dir: Path) -> dict[str, str]:
+    return {
+        "CCACHE_DIR": str(cache_dir / "ccache"),
+        "CCACHE_BASEDIR": str(cache_dir.resolve()),
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_MAXSIZE": "5G",
+    }
+
+
+def launcher_args(ccache: str) -> list[str]:
+    """CMake arguments that put ccache in front of the C, C++ and CUDA compilers."""
+    return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX", "CUDA")] + ["-DGGML_CCACHE=OFF"]
+
+
+def zero_ccache_stats(ccache: str, env: dict[str, str]) -> None:
+    subprocess.run([ccache, "--zero-stats"], env=env, capture_output=True)
+
+
+def read_ccache_stats(ccache: str, env: dict[str, str]) -> CcacheStats:
+    out = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True).stdout
+    return parse_ccache_stats(out)
+
+
+def parse_ccache_stats(text: str) -> CcacheStats:
+    """``ccache --print-stats`` (tab-separated key and value, ccache 4.x)."""
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            values[key.strip()] = int(value)
+    hits = values.get("direct_cache_hit", 0) + values.get("preprocessed_cache_hit", 0)
+    uncacheable = sum(v for k, v in values.items() if k in ("could_not_use_modules", "unsupported_compiler_option",
+                                                              "compiler_check_failed", "no_input_file"))
+    return CcacheStats(hits=hits, misses=values.get("cache_miss", 0), uncacheable=uncacheable)

@@ -1,0 +1,218 @@
+"""CUDA: which toolkit, which architectures, and the conflicts of toolkit, driver and host compiler."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PureWindowsPath
+from typing import TYPE_CHECKING
+
+from playbook.knowledge import compatibility
+from playbook.knowledge.compatibility import minimum_driver, toolkit_supports_arch, version_tuple
+from playbook.steps.configure import windows
+from playbook.steps.detect import CudaToolkit, Facts, Tool
+
+if TYPE_CHECKING:
+    from playbook.steps.configure.planner import Planner
+
+PORTABLE_DEFAULT_ARCH = "75"
+
+
+def wanted_architectures(planner: Planner) -> list[str]:
+    gpu = planner.facts.best_gpu
+    wanted = planner.params.cuda.architectures
+    if wanted == "native":
+        return [gpu.arch] if gpu else []
+    return [a for a in wanted.split(";") if a and a != "native"]
+
+
+def choose_toolkit_for(planner: Planner) -> CudaToolkit | None:
+    return choose_toolkit(planner.facts, planner.params.cuda.toolkit, wanted_architectures(planner))
+
+
+def choose_toolkit(facts: Facts, wanted: str, architectures: list[str] | None = None) -> CudaToolkit | None:
+    """The newest toolkit the driver supports that compiles every architecture needed; each
+    condition is dropped in turn when no toolkit meets it (the warnings then say why)."""
+    toolkits = facts.cuda_toolkits
+    if wanted != "auto":
+        return next((t for t in toolkits if t.root.rstrip("/\\") == wanted.rstrip("/\\")), None)
+    usable = toolkits
+    driver_cuda = driver_cuda_version(facts)
+    if driver_cuda:
+        limit = version_tuple(driver_cuda)
+        usable = [t for t in toolkits if version_tuple(t.version)[:2] <= limit] or toolkits
+    if architectures:
+        usable = [t for t in usable if all(toolkit_supports_arch(t.version, a)[0] for a in architectures)] or usable
+    return max(usable, key=lambda t: version_tuple(t.version), default=None)
+
+
+def driver_cuda_version(facts: Facts) -> str:
+    """The newest CUDA the driver runs: as the driver reports it, else from its branch."""
+    if not facts.driver.found:
+        return ""
+    return facts.driver.cuda_version or compatibility.driver_max_cuda(facts.driver.version)
+
+
+def configure(planner: Planner) -> None:
+    planner.architectures = choose_architectures(planner)
+    planner.cmake_args += ["-DGGML_CUDA=on", f"-DCMAKE_CUDA_ARCHITECTURES={planner.architectures}"]
+    toolkit = planner.toolkit
+    if toolkit is None:
+        return
+    planner.env["CUDACXX"] = windows.cudacxx_path(planner, toolkit.nvcc)
+    planner.decide("CUDACXX", planner.env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})")
+    check_driver(planner, toolkit)
+    check_components(planner, toolkit)
+    if planner.platform == "windows":
+        check_msvc(planner, toolkit)
+        planner.dll_directories.append(str(PureWindowsPath(toolkit.root) / "bin"))
+        planner.decide("DLL directories", ";".join(planner.dll_directories),
+                       "llama.dll loads cudart, cublas and cublasLt from the toolkit's bin folder")
+    else:
+        check_gcc(planner, toolkit)
+
+
+def check_components(planner: Planner, toolkit: CudaToolkit) -> None:
+    """CCCL headers and cuBLAS: a toolkit without them fails the build for certain."""
+    if not toolkit.has_cccl:
+        missing = [name for name, ok in toolkit.cccl_headers.items() if not ok]
+        planner.block("cccl-headers-missing",
+                      f"CUDA {toolkit.version} at {toolkit.root} lacks CCCL headers {missing}: the build will fail "
+                      f"with 'nv/target' or 'cub/cub.cuh' not found; {component_fix(toolkit, 'cccl')}")
+    if not toolkit.has_cublas:
+        planner.block("cublas-missing",
+                      f"CUDA {toolkit.version} at {toolkit.root} has no cuBLAS: CMake will fail with 'CUDA::cublas "
+                      f"target was not found'; {component_fix(toolkit, 'cublas')}")
+
+
+def component_fix(toolkit: CudaToolkit, component: str) -> str:
+    """What to install for a missing toolkit component, named for this toolkit's version."""
+    major_minor = ".".join(toolkit.version.split(".")[:2])
+    dash = major_minor.replace(".", "-")
+    debian = {"cccl": f"cuda-cccl-{dash}", "cublas": f"libcublas-dev-{dash}"}[component]
+    return (f"install {debian} (NVIDIA's apt repository), or set cuda.toolkit: pypi:{major_minor} and the playbook "
+            f"assembles a complete CUDA {major_minor} from NVIDIA's PyPI wheels")
+
+
+def choose_architectures(planner: Planner) -> str:
+    facts, toolkit = planner.facts, planner.toolkit
+    wanted = planner.params.cuda.architectures
+    gpu = facts.best_gpu
+    if wanted == "native":
+        if gpu:
+            planner.decide("CUDA architectures", gpu.arch, f"{gpu.name} has compute {gpu.compute_capability}")
+            wanted = gpu.arch
+        else:
+            # CMake's "native" needs a visible GPU; without one pick what the toolkit's default would be.
+            wanted = PORTABLE_DEFAULT_ARCH
+            planner.warn("no-gpu-for-native", f"no GPU visible to detect its architecture: building for "
+                         f"sm_{PORTABLE_DEFAULT_ARCH}; set cuda.architectures")
+            planner.decide("CUDA architectures", wanted, "no GPU visible; a portable default")
+    else:
+        planner.decide("CUDA architectures", wanted, "given in parameters cuda.architectures")
+    for arch in wanted.split(";"):
+        ok, why = toolkit_supports_arch(toolkit.version, arch) if toolkit else (True, "")
+        if not ok:
+            planner.block("cuda-arch-unsupported", why)
+    numbers = [m.group(0) for a in wanted.split(";") if (m := re.match(r"\d+", a))]
+    if gpu and gpu.arch not in numbers:
+        planner.warn("gpu-arch-not-built", f"the wheel will not contain sm_{gpu.arch} for this machine's {gpu.name}: "
+                     "expect 'no kernel image is available' here")
+    return wanted
+
+
+def check_driver(planner: Planner, toolkit: CudaToolkit) -> None:
+    facts = planner.facts
+    if not facts.driver.found or not toolkit.version:
+        return
+    driver_cuda = driver_cuda_version(facts)
+    if driver_cuda and version_tuple(driver_cuda)[:2] < version_tuple(toolkit.version)[:2]:
+        same_major = version_tuple(driver_cuda)[0] == version_tuple(toolkit.version)[0]
+        fix = (" (minor version compatibility runs it, but PTX built for newer CUDA will not JIT)" if same_major
+               else f", or build with a CUDA {version_tuple(driver_cuda)[0]}.x toolkit up to {driver_cuda}")
+        planner.warn("driver-older-than-toolkit",
+                     f"driver {facts.driver.version} supports CUDA up to {driver_cuda}, older than the toolkit "
+                     f"{toolkit.version}: update the driver to {minimum_driver(toolkit.version, facts.os.system)} "
+                     f"or newer{fix}")
+
+
+def check_gcc(planner: Planner, toolkit: CudaToolkit) -> None:
+    facts, env = planner.facts, planner.env
+    limits = compatibility.host_compiler_limits(toolkit.version)
+    host = host_compiler(facts, env)
+    if limits is None or host is None or "clang" in host.banner.lower():
+        return
+    major = version_tuple(host.version)[:1]
+    if not major or major[0] <= limits.max_gcc:
+        return
+    older = [t for t in facts.compilers if t.found and re.fullmatch(r"g\+\+-\d+", Path(t.name).name)
+             and version_tuple(t.version)[:1] and version_tuple(t.version)[0] <= limits.max_gcc]
+    if older:
+        chosen = max(older, key=lambda t: version_tuple(t.version))
+        env["CUDAHOSTCXX"] = chosen.path
+        planner.decide("CUDAHOSTCXX", chosen.path,
+                       f"gcc {host.version} is newer than CUDA {toolkit.version} accepts (up to gcc {limits.max_gcc}); "
+                       f"{chosen.name} {chosen.version} compiles the host side ({limits.source})")
+        return
+    newer = compatibility.oldest_nvcc_accepting(gcc_major=major[0])
+    planner.block("host-compiler-unsupported",
+                  f"gcc {host.version} is newer than CUDA {toolkit.version}'s nvcc accepts (up to gcc {limits.max_gcc}): "
+                  f"nvcc stops with 'unsupported GNU version'; install g++-{limits.max_gcc} "
+                  f"(apt install g++-{limits.max_gcc}) and the playbook sets CUDAHOSTCXX to it"
+                  + (f", or install CUDA {newer} or newer (cuda.toolkit: pypi:{newer})" if newer else ""))
+
+
+def host_compiler(facts: Facts, env: dict[str, str]) -> Tool | None:
+    found = {t.name: t for t in facts.compilers if t.found}
+    for name in (env.get("CUDAHOSTCXX"), facts.environment.get("CUDAHOSTCXX"), facts.environment.get("CXX"), "c++", "g++"):
+        if name and name in found:
+            return found[name]
+    return None
+
+
+def check_msvc(planner: Planner, toolkit: CudaToolkit) -> None:
+    facts = planner.facts
+    studio = windows.newest_visual_studio(facts)
+    cl = next((t for t in facts.compilers if t.found and t.name == "cl"), None)
+    msvc = cl.version if cl else (studio.newest_msvc if studio else "")
+    if not msvc:
+        planner.warn("msvc-missing", "no Visual Studio C++ compiler found (vswhere lists none with MSVC): install "
+                     "Visual Studio 2022 Build Tools with 'Desktop development with C++'")
+        return
+    vs_release = compatibility.visual_studio_for_msvc(msvc)
+    named = f"MSVC {'.'.join(msvc.split('.')[:2])}" + (f" (Visual Studio {vs_release})" if vs_release else "")
+    planner.decide("host compiler", named, f"cl {msvc}" + (f" from {studio.path}" if studio else ""))
+    limits = compatibility.host_compiler_limits(toolkit.version)
+    if limits and version_tuple(msvc)[:2] > version_tuple(limits.max_msvc):
+        newer = compatibility.oldest_nvcc_accepting(msvc=msvc)
+        older_toolsets = [t for t in (studio.msvc_toolsets if studio else [])
+                          if version_tuple(t)[:2] <= (14, version_tuple(limits.max_msvc)[1])]
+        fix = f"install CUDA {newer} or newer" if newer else "install a newer CUDA toolkit"
+        if older_toolsets:
+            fix += f", or open the developer prompt with `vcvarsall.bat x64 -vcvars_ver={older_toolsets[-1]}`"
+        planner.block("host-compiler-unsupported",
+                      f"{named} is newer than CUDA {toolkit.version}'s nvcc accepts (up to {limits.max_msvc}): nvcc "
+                      f"stops with 'unsupported Microsoft Visual Studio version'; {fix} ({limits.source})")
+    min_cuda, source = compatibility.msvc_stl_min_cuda(msvc)
+    if min_cuda and version_tuple(toolkit.version)[:2] < version_tuple(min_cuda):
+        planner.block("msvc-stl-needs-newer-cuda",
+                      f"{named}'s standard library needs CUDA {min_cuda} or newer (error STL1002); CUDA "
+                      f"{toolkit.version} is older: install CUDA {min_cuda} or newer ({source})")
+
+
+def check_driver_libraries(planner: Planner) -> None:
+    facts = planner.facts
+    for folder in facts.stub_on_ld_library_path:
+        planner.warn("cuda-stub-on-ld-library-path",
+                     f"LD_LIBRARY_PATH holds CUDA's stub folder {folder}: its libcuda.so only links, and at run "
+                     "time CUDA reports no device or 'CUDA driver version is insufficient'; remove it from "
+                     "LD_LIBRARY_PATH (LIBRARY_PATH is where stubs belong)")
+    if planner.platform != "wsl" or not facts.gpus:
+        return
+    if not facts.wsl_driver_libs:
+        planner.warn("wsl-driver-missing", "WSL without /usr/lib/wsl/lib/libcuda.so: the GPU driver comes from the "
+                     "Windows NVIDIA driver; update it on Windows and never install a Linux NVIDIA driver inside WSL")
+    elif facts.libcuda_paths and not facts.libcuda_paths[0].startswith("/usr/lib/wsl/lib/"):
+        planner.warn("wsl-libcuda-shadowed",
+                     f"the loader finds libcuda.so.1 at {facts.libcuda_paths[0]} before /usr/lib/wsl/lib: a Linux "
+                     "driver or a stub shadows WSL's; remove it (apt remove the nvidia driver packages, or the "
+                     "stub's folder from /etc/ld.so.conf.d) and run `sudo ldconfig`")

@@ -1,0 +1,97 @@
+"""The build plan: what ``build`` executes, every decision with its reason, every warning with its code."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from playbook.params import Backend
+
+PARALLEL_ENV = "CMAKE_BUILD_PARALLEL_LEVEL"
+MULTIMODAL_OPTION = "LLAVA_BUILD"  # llama-cpp-python's switch for libmtmd
+
+
+@dataclass
+class Decision:
+    what: str
+    value: str
+    reason: str
+
+
+@dataclass
+class PlanWarning:
+    """A conflict the plan found. ``code`` is stable (tests and tools match it); ``message`` is for people."""
+
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    @classmethod
+    def from_text(cls, text: str) -> PlanWarning:
+        """A plan written before warnings had codes (an archived run folder)."""
+        return cls("unclassified", text)
+
+
+@dataclass
+class BuildPlan:
+    attempt: int
+    backend: Backend
+    cmake_args: list[str]
+    env: dict[str, str]
+    jobs: int
+    build_isolation: bool
+    extra_packages: list[str]
+    source_kind: str
+    source_version: str
+    source_sha256: str
+    source_path: str
+    find_links: str
+    cuda_toolkit: str = ""
+    cuda_architectures: str = ""
+    gpu_targets: str = ""  # HIP: the gfx targets (AMDGPU_TARGETS)
+    ccache: str = ""  # the ccache binary put in front of the compilers; "" for none
+    wheel_cache: bool = True
+    decisions: list[Decision] = field(default_factory=list)
+    warnings: list[PlanWarning] = field(default_factory=list)
+    remedies_applied: list[str] = field(default_factory=list)
+    platform: str = ""  # linux, wsl, windows, macos
+    generator: str = ""  # CMake generator; "" leaves scikit-build-core's choice
+    # Lines that set every variable the user must set, per shell: "bash", "powershell", "cmd".
+    shell_commands: dict[str, list[str]] = field(default_factory=dict)
+    dll_directories: list[str] = field(default_factory=list)  # folders llama.dll's dependencies live in (Windows)
+    runtime_env: dict[str, str] = field(default_factory=dict)  # variables the built package needs when imported
+    extras: list[str] = field(default_factory=list)  # pip extras, e.g. ["server"]
+    multimodal: bool = True  # libmtmd is built (llama-cpp-python's own default, LLAVA_BUILD=ON)
+    required_symbols: list[str] = field(default_factory=list)
+    blockers: list[PlanWarning] = field(default_factory=list)  # conflicts that make building pointless until fixed
+
+    @property
+    def cmake_args_string(self) -> str:
+        return " ".join(self.cmake_args)
+
+    def build_env(self) -> dict[str, str]:
+        """Variables the build sees on top of the inherited environment."""
+        return {**self.env, "CMAKE_ARGS": self.cmake_args_string, "FORCE_CMAKE": "1", PARALLEL_ENV: str(self.jobs)}
+
+    def warning_codes(self) -> list[str]:
+        return [w.code for w in self.warnings]
+
+
+def multimodal_built(cmake_args: list[str]) -> bool:
+    """Whether the arguments build libmtmd: llama-cpp-python builds it unless LLAVA_BUILD (the last one given) is off."""
+    values = [a.split("=", 1)[1] for a in cmake_args if a.split("=")[0].split(":")[0] == f"-D{MULTIMODAL_OPTION}"]
+    return not values or values[-1].strip().upper() not in ("OFF", "0", "FALSE", "NO", "N")
+
+
+def shell_lines(plan: BuildPlan, visual_studio_dev_shell: str = "", vcvarsall: str = "") -> dict[str, list[str]]:
+    """Every variable the build and the built package need, in the syntax of this platform's shells."""
+    variables = {**plan.build_env(), **plan.runtime_env}
+    if plan.platform != "windows":
+        return {"bash": [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]}
+    powershell = [f"& '{visual_studio_dev_shell}' -Arch amd64 -SkipAutomaticLocation"] if visual_studio_dev_shell else []
+    cmd = [f'call "{vcvarsall}" x64'] if vcvarsall else []
+    powershell += ["$env:{} = '{}'".format(name, value.replace("'", "''")) for name, value in variables.items()]
+    cmd += [f'set "{name}={value}"' for name, value in variables.items()]
+    return {"powershell": powershell, "cmd": cmd}

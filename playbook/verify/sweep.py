@@ -1,0 +1,136 @@
+"""The throughput sweep: which layer counts, one point per child, the CSV, the plot, and the
+yardsticks it is read against (llama-bench on the same build, the memory-bandwidth limit)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from playbook.verify.launcher import ChildOutcome
+from playbook.verify.yardsticks import LlamaBench
+
+
+@dataclass
+class SweepPoint:
+    n_gpu_layers: int
+    status: str
+    offloaded_layers: int | None = None
+    pp_tokens_per_s: float | None = None
+    pp_stdev: float | None = None
+    tg_tokens_per_s: float | None = None
+    tg_stdev: float | None = None
+    load_s: float | None = None
+    bench_pp_tokens_per_s: float | None = None  # llama-bench on the same model and layer count
+    bench_tg_tokens_per_s: float | None = None
+    pp_ratio: float | None = None  # ours / llama-bench
+    tg_ratio: float | None = None
+    tg_bandwidth_fraction: float | None = None  # of the memory-bandwidth limit, at full offload
+    tg_overhead_ms_per_token: float | None = None  # our time per generated token minus llama-bench's
+    gpu_memory_mib: float | None = None
+
+
+def layer_counts(n_layer: int, requested: list[int], gpu_offload: bool, points: int = 5) -> list[int]:
+    """0, a few steps between, and all layers (n_layer + 1 also moves the output layer to the GPU)."""
+    if not gpu_offload:
+        return [0]
+    if requested:
+        return sorted(set(requested))
+    full = n_layer + 1
+    steps = max(2, points)
+    return sorted({round(i * full / (steps - 1)) for i in range(steps)})
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def sweep_point(outcome: ChildOutcome, n_gpu_layers: int) -> SweepPoint:
+    point = SweepPoint(n_gpu_layers, outcome.status, outcome.offloaded_layers, gpu_memory_mib=outcome.gpu_memory_mib)
+    if outcome.result:
+        point.pp_tokens_per_s = outcome.result["pp"]["tokens_per_s_median"]
+        point.pp_stdev = outcome.result["pp"]["tokens_per_s_stdev"]
+        point.tg_tokens_per_s = outcome.result["tg"]["tokens_per_s_median"]
+        point.tg_stdev = outcome.result["tg"]["tokens_per_s_stdev"]
+        point.load_s = outcome.result["load_s"]
+    return point
+
+
+def write_sweep_csv(points: list[SweepPoint], path: Path) -> Path:
+    import csv
+    import dataclasses
+
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(SweepPoint)])
+        writer.writeheader()
+        for point in points:
+            writer.writerow(dataclasses.asdict(point))
+    return path
+
+
+def compare_with_yardsticks(points: list[SweepPoint], llama_bench: LlamaBench | None, tg_limit: float | None,
+                            full_offload: int) -> None:
+    """Fill each point's llama-bench numbers, ratios and share of the bandwidth limit ``tg_limit``."""
+    for point in points:
+        if llama_bench and llama_bench.ok:
+            point.bench_pp_tokens_per_s = llama_bench.rate("pp", point.n_gpu_layers)
+            point.bench_tg_tokens_per_s = llama_bench.rate("tg", point.n_gpu_layers)
+            if point.pp_tokens_per_s and point.bench_pp_tokens_per_s:
+                point.pp_ratio = point.pp_tokens_per_s / point.bench_pp_tokens_per_s
+            if point.tg_tokens_per_s and point.bench_tg_tokens_per_s:
+                point.tg_ratio = point.tg_tokens_per_s / point.bench_tg_tokens_per_s
+                point.tg_overhead_ms_per_token = 1000 / point.tg_tokens_per_s - 1000 / point.bench_tg_tokens_per_s
+        if tg_limit and point.n_gpu_layers >= full_offload and point.tg_tokens_per_s:
+            point.tg_bandwidth_fraction = point.tg_tokens_per_s / tg_limit
+
+
+def gpu_bandwidth_gb_per_s(bus_width_bits: int | None, memory_clock_mhz: int | None) -> float | None:
+    """Peak memory bandwidth from NVML's figures: two transfers per clock over the bus."""
+    if not bus_width_bits or not memory_clock_mhz:
+        return None
+    return 2 * memory_clock_mhz * 1e6 * bus_width_bits / 8 / 1e9
+
+
+def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: float | None = None) -> list[Path]:
+    """Tokens/s against offloaded layers, prompt processing and generation side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    good = [p for p in points if p.status == "ok"]
+    for ax, attr, label in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
+        xs = [p.n_gpu_layers for p in good]
+        ys = [getattr(p, f"{attr}_tokens_per_s") for p in good]
+        errs = [getattr(p, f"{attr}_stdev") for p in good]
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label="llama-cpp-python (low-level API)")
+        bench = [(p.n_gpu_layers, getattr(p, f"bench_{attr}_tokens_per_s")) for p in good]
+        if any(rate for _, rate in bench):
+            ax.plot([x for x, r in bench if r], [r for _, r in bench if r], "k--", marker="x",
+                    label="llama-bench, same build")
+        if attr == "tg" and tg_limit:
+            ax.axhline(tg_limit, color="gray", linestyle=":", label=f"memory-bandwidth limit ({tg_limit:.0f} t/s)")
+        for bad in (p for p in points if p.status != "ok"):
+            ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
+            ax.annotate(bad.status, (bad.n_gpu_layers, 0), color="red", rotation=90, va="bottom")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if len({p.n_gpu_layers for p in points}) == 1:  # one point (CPU-only): a readable axis around it
+            ax.set_xlim(points[0].n_gpu_layers - 1, points[0].n_gpu_layers + 1)
+        ax.set_xlabel("layers offloaded to the GPU (n_gpu_layers)")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(label)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,110 @@
+"""llama.cpp's own ``llama-bench``, built from the same source tree and CMake arguments as the
+wheel, as the yardstick for verify's throughput measurements."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playbook.steps.caches import ccache_env
+
+# What the binding's build leaves out and llama-bench does not need either.
+TOOL_ONLY_ARGS = [
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_CURL=OFF",
+]
+
+
+@dataclass
+class BenchPoint:
+    n_gpu_layers: int
+    test: str  # "pp" or "tg"
+    n_tokens: int
+    tokens_per_s: float
+    stdev: float
+
+
+@dataclass
+class LlamaBench:
+    ok: bool
+    binary: str = ""
+    build_s: float = 0.0
+    run_s: float = 0.0
+    log_file: str = ""
+    points: list[BenchPoint] = field(default_factory=list)
+    error: str = ""
+
+    def rate(self, test: str, n_gpu_layers: int) -> float | None:
+        return next((p.tokens_per_s for p in self.points if p.test == test and p.n_gpu_layers == n_gpu_layers), None)
+
+
+def build_llama_bench(tree: Path, cmake_args: list[str], env: dict[str, str], build_dir: Path, log_file: Path,
+                      cache_dir: Path | None, timeout_s: float = 1800) -> tuple[Path | None, float]:
+    """Configure ``vendor/llama.cpp`` with the wheel's CMake arguments and build the llama-bench target."""
+    cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or shutil.which("cmake") or "cmake"
+    build_env = {**env, **(ccache_env(cache_dir) if cache_dir else {})}
+    started = time.monotonic()
+    with log_file.open("w") as log:
+        for command in (
+            [cmake, "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build_dir), "-G", "Ninja",
+             "-DCMAKE_BUILD_TYPE=Release", *cmake_args, *TOOL_ONLY_ARGS],
+            [cmake, "--build", str(build_dir), "--target", "llama-bench"],
+        ):
+            log.write(f"playbook: {' '.join(command)}\n")
+            log.flush()
+            proc = subprocess.run(command, env=build_env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+            if proc.returncode != 0:
+                return None, time.monotonic() - started
+    binary = next(iter(sorted(build_dir.rglob("llama-bench"))), None)
+    return binary, time.monotonic() - started
+
+
+def parse_llama_bench_json(text: str) -> list[BenchPoint]:
+    """``llama-bench -o json``: one object per test with n_prompt, n_gen, n_gpu_layers, avg_ts, stddev_ts."""
+    start = text.find("[")
+    rows = json.loads(text[start:]) if start >= 0 else []
+    points = []
+    for row in rows:
+        test = "pp" if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0 else "tg"
+        n_tokens = row["n_prompt"] if test == "pp" else row["n_gen"]
+        points.append(BenchPoint(int(row["n_gpu_layers"]), test, int(n_tokens), float(row["avg_ts"]),
+                                 float(row.get("stddev_ts", 0.0))))
+    return points
+
+
+def run_llama_bench(binary: Path, model: Path, layer_counts: list[int], threads: int, n_prompt: int, n_gen: int,
+                    repetitions: int, log_file: Path, timeout_s: float) -> tuple[list[BenchPoint], float, str]:
+    command = [str(binary), "-m", str(model), "-ngl", ",".join(map(str, layer_counts)), "-p", str(n_prompt),
+               "-n", str(n_gen), "-r", str(repetitions), "-t", str(threads), "-o", "json"]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return [], time.monotonic() - started, f"llama-bench gave no result within {timeout_s:.0f} s"
+    with log_file.open("a") as log:
+        log.write(f"playbook: {' '.join(command)}\n{proc.stderr}\n{proc.stdout}\n")
+    if proc.returncode != 0:
+        return [], time.monotonic() - started, f"llama-bench exited with {proc.returncode}"
+    return parse_llama_bench_json(proc.stdout), time.monotonic() - started, ""
+
+
+def measure_with_llama_bench(tree: Path, cmake_args: list[str], env: dict[str, str], cache_dir: Path,
+                             build_key: str, model: Path, layer_counts: list[int], threads: int, n_prompt: int,
+                             n_gen: int, repetitions: int, log_file: Path, timeout_s: float) -> LlamaBench:
+    build_dir = cache_dir / "bench-build" / build_key[:16]
+    binary, build_s = build_llama_bench(tree, cmake_args, env, build_dir, log_file, cache_dir)
+    if binary is None:
+        return LlamaBench(False, build_s=round(build_s, 1), log_file=log_file.name,
+                          error="llama-bench did not build; see the log")
+    points, run_s, error = run_llama_bench(binary, model, layer_counts, threads, n_prompt, n_gen, repetitions,
+                                           log_file, timeout_s)
+    return LlamaBench(not error, str(binary), round(build_s, 1), round(run_s, 1), log_file.name, points, error)

@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import pytest
+from conftest import H100, RTX_4070, make_facts, toolkit
+
+from playbook.knowledge.compatibility import toolkit_supports_arch
+from playbook.knowledge.failures import Finding
+from playbook.params import load_params
+from playbook.steps.configure import configure, parallel_jobs
+from playbook.steps.detect import Gpu, NvidiaDriver
+from playbook.steps.repair import apply_remedies
+
+DRIVER_580 = NvidiaDriver(True, "580.159.04", "13.0", "nvml")
+
+
+def finding(failure_id: str) -> Finding:
+    return Finding(failure_id, failure_id, "evidence", 1, "", "", True)
+
+
+def test_gpu_machine_builds_cuda_for_its_architecture(this_machine):
+    facts = make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")], driver=DRIVER_580)
+    plan = configure(facts, load_params())
+    assert plan.backend == "cuda"
+    assert plan.cmake_args[:2] == ["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES=90"]
+    assert plan.env["CUDACXX"] == "/usr/local/cuda/bin/nvcc"
+    assert plan.warnings == []
+    assert {d.what for d in plan.decisions} >= {"backend", "CUDA architectures", "parallel jobs", "source"}
+    assert all(d.reason for d in plan.decisions)
+
+
+def test_no_gpu_builds_cpu_and_says_so(this_machine):
+    facts = make_facts(this_machine, gpus=[], driver=NvidiaDriver(False))
+    plan = configure(facts, load_params())
+    assert plan.backend == "cpu"
+    assert "-DGGML_CUDA=off" in plan.cmake_args
+    assert plan.warning_codes() == ["cpu-only"]
+    assert any("CPU-only build (no NVIDIA GPU visible)" in w for w in map(str, plan.warnings))
+
+
+def test_toolkit_without_cublas_and_cccl_is_warned(this_machine):
+    facts = make_facts(this_machine, gpus=[H100], toolkits=[toolkit("12.1.66", cublas=False, cccl=False)],
+                       driver=DRIVER_580)
+    warnings = " ".join(map(str, configure(facts, load_params()).warnings))
+    assert "lacks CCCL headers" in warnings and "has no cuBLAS" in warnings
+    assert {"cccl-headers-missing", "cublas-missing"} <= set(configure(facts, load_params()).warning_codes())
+
+
+def test_architecture_dropped_by_toolkit_is_warned(this_machine):
+    facts = make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")], driver=DRIVER_580)
+    plan = configure(facts, load_params(None, ["cuda.architectures=61"]))
+    assert "cuda-arch-unsupported" in plan.warning_codes()
+    assert any("CUDA 13.0 dropped sm_61" in w for w in map(str, plan.warnings))
+    assert any("will not contain sm_90" in w for w in map(str, plan.warnings))
+
+
+def test_driver_older_than_toolkit_is_warned(this_machine):
+    old = NvidiaDriver(True, "535.183.01", "12.2", "nvml")
+    facts = make_facts(this_machine, gpus=[RTX_4070], toolkits=[toolkit("13.0.88")], driver=old)
+    plan = configure(facts, load_params())
+    assert "driver-older-than-toolkit" in plan.warning_codes()
+    assert any("update the driver to 580.65.06 or newer" in w for w in map(str, plan.warnings))
+
+
+def test_newest_toolkit_the_driver_supports_is_chosen(this_machine):
+    old = NvidiaDriver(True, "535.183.01", "12.2", "nvml")
+    toolkits = [toolkit("13.0.88", "/usr/local/cuda-13.0"), toolkit("12.1.66", "/usr/local/cuda-12.1")]
+    facts = make_facts(this_machine, gpus=[RTX_4070], toolkits=toolkits, driver=old)
+    assert configure(facts, load_params()).cuda_toolkit == "/usr/local/cuda-12.1"
+
+
+@pytest.mark.parametrize(
+    "version, arch, ok",
+    [("13.0", "61", False), ("12.8", "61", True), ("12.4", "120", False), ("12.8", "120", True),
+     ("11.8", "90", True), ("11.7", "89", False), ("13.0", "80-real", True), ("12.9", "121", True)],
+)
+def test_architecture_table(version, arch, ok):
+    assert toolkit_supports_arch(version, arch)[0] is ok
+
+
+def test_parallel_jobs_are_sized_by_memory():
+    assert parallel_jobs(16, 128 * 1024, "cuda")[0] == 16
+    assert parallel_jobs(16, 8 * 1024, "cuda")[0] == 2
+    assert parallel_jobs(16, 1000, "cuda")[0] == 1
+    assert parallel_jobs(2, 24 * 1024, "cpu")[0] == 2
+
+
+def test_parameters_override_decisions(this_machine):
+    params = load_params(None, ["backend=cpu", "build.jobs=3", "build.cmake_args=['-DGGML_NATIVE=OFF']"])
+    plan = configure(make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")]), params)
+    assert plan.backend == "cpu" and plan.jobs == 3 and plan.cmake_args[-1] == "-DGGML_NATIVE=OFF"
+
+
+def test_remedies_change_the_plan(this_machine):
+    facts = make_facts(this_machine, gpus=[Gpu(0, "NVIDIA H100", 81559, "9.0")], toolkits=[toolkit("13.0.88")])
+    params = load_params(None, ["build.cmake_args=['-DLLAMA_CUBLAS=on']", "cuda.architectures=61"])
+    plan = configure(facts, params)
+    fixed = apply_remedies(plan, [finding("deprecated-cuda-flag"), finding("cuda-arch-unsupported"),
+                                  finding("compiler-out-of-memory")], facts)
+    assert fixed is not None and fixed.attempt == 2
+    assert "-DLLAMA_CUBLAS=on" not in fixed.cmake_args and "-DGGML_CUDA=on" in fixed.cmake_args
+    assert "-DCMAKE_CUDA_ARCHITECTURES=90" in fixed.cmake_args
+    assert "-DCMAKE_CUDA_ARCHITECTURES=61" not in fixed.cmake_args
+    assert fixed.jobs == max(1, plan.jobs // 2)
+    assert fixed.remedies_applied == ["deprecated-cuda-flag", "cuda-arch-unsupported", "compiler-out-of-memory"]
+    assert plan.attempt == 1 and "-DLLAMA_CUBLAS=on" in plan.cmake_args  # the old plan is untouched
+
+
+def test_no_remedy_means_no_new_plan(this_machine):
+    plan = configure(this_machine, load_params(None, ["backend=cpu"]))
+    assert apply_remedies(plan, [finding("nvcc-not-found")], this_machine) is None
+    assert apply_remedies(plan, [], this_machine) is None
+
+
+def test_multimodal_library_is_left_out_unless_asked(this_machine):
+    facts = make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")], driver=DRIVER_580)
+    text_only = configure(facts, load_params())
+    assert "-DLLAVA_BUILD=OFF" in text_only.cmake_args and text_only.multimodal is False
+    decision = next(d for d in text_only.decisions if d.what == "multimodal library")
+    assert "build.multimodal: true" in decision.reason
+
+    asked = configure(facts, load_params(None, ["build.multimodal=true"]))
+    assert not any(a.startswith("-DLLAVA_BUILD") for a in asked.cmake_args) and asked.multimodal is True
+    needed = configure(facts, load_params(None, ["verify.required_symbols=['llama_cpp.mtmd_cpp.mtmd_free']"]))
+    assert needed.multimodal is True
+    assert "llama_cpp.mtmd_cpp.mtmd_free" in next(d for d in needed.decisions if d.what == "multimodal library").reason
+    by_hand = configure(facts, load_params(None, ["build.cmake_args=['-DLLAVA_BUILD=ON']"]))
+    assert by_hand.multimodal is True and by_hand.cmake_args.count("-DLLAVA_BUILD=ON") == 1
+    assert "-DLLAVA_BUILD=OFF" not in by_hand.cmake_args
+    conflict = configure(facts, load_params(None, ["build.cmake_args=['-DLLAVA_BUILD=OFF']",
+                                                   "verify.required_symbols=['llama_cpp.mtmd_cpp.mtmd_free']"]))
+    assert conflict.multimodal is False and any("verify will report mtmd-not-built" in w for w in map(str, conflict.warnings))
+    assert not any("mtmd-not-built" in w for w in map(str, needed.warnings))
+
+
+def test_missing_multimodal_library_is_repaired_by_building_it(this_machine):
+    plan = configure(this_machine, load_params(None, ["backend=cpu"]))
+    fixed = apply_remedies(plan, [finding("mtmd-not-built")], this_machine)
+    assert fixed is not None and fixed.multimodal is True
+    assert "-DLLAVA_BUILD=ON" in fixed.cmake_args and "-DLLAVA_BUILD=OFF" not in fixed.cmake_args
+    assert plan.multimodal is False

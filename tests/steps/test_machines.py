@@ -1,0 +1,125 @@
+"""`configure` on the machines issue 4 names, each built from recorded tool outputs (tests/machines.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from machines import machine
+
+from playbook.params import PARAMS_DIR, load_params
+from playbook.steps.configure import configure
+
+
+def text(plan) -> str:
+    return "\n".join(map(str, plan.warnings))
+
+
+def test_windows_4070_cuda124_vs1710():
+    plan = configure(machine("windows-4070-cuda12.4-vs17.10"), load_params())
+    assert plan.platform == "windows" and plan.backend == "cuda"
+    assert "-DCMAKE_CUDA_ARCHITECTURES=89" in plan.cmake_args
+    assert plan.env["CUDACXX"] == "C:/Program Files/NVIDIA GPU Computing Toolkit/CUDA/v12.4/bin/nvcc.exe"
+    assert plan.generator == "Ninja" and plan.env["CMAKE_GENERATOR"] == "Ninja"
+    assert plan.env["TEMP"] == plan.env["TMP"] == "C:\\t"  # the user's temp path is long and has a space
+    # CUDA 12.4.0's nvcc rejects MSVC 19.40; the machine also has the 14.39 toolset, which it accepts
+    assert "MSVC 19.40 (Visual Studio 17.10) is newer than CUDA 12.4.99's nvcc accepts (up to 19.39)" in text(plan)
+    assert "install CUDA 12.4.131 or newer" in text(plan) and "-vcvars_ver=14.39.33519" in text(plan)
+    assert plan.dll_directories == ["C:\\Program Files\\NVIDIA GPU Computing Toolkit\\CUDA\\v12.4\\bin"]
+    shells = plan.shell_commands
+    assert set(shells) == {"powershell", "cmd"}
+    assert shells["cmd"][0].startswith('call "C:\\Program Files\\Microsoft Visual Studio\\2022\\Community\\VC')
+    assert "set \"CUDACXX=C:/Program Files/NVIDIA GPU Computing Toolkit/CUDA/v12.4/bin/nvcc.exe\"" in shells["cmd"]
+    assert "$env:CMAKE_ARGS = '-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=89 -DLLAVA_BUILD=OFF'" in shells["powershell"]
+    assert {line.split("=")[0] for line in shells["cmd"][1:]} >= {'set "CMAKE_ARGS', 'set "FORCE_CMAKE', 'set "TEMP'}
+
+
+def test_windows_5090_cuda121_needs_a_newer_toolkit():
+    plan = configure(machine("windows-5090-cuda12.1"), load_params())
+    assert plan.backend == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=120" in plan.cmake_args
+    warnings = text(plan)
+    assert "sm_120 needs CUDA 12.8 or newer; this toolkit is 12.1.66: install CUDA 12.8 or newer" in warnings
+    assert "MSVC 19.44 (Visual Studio 17.14) is newer than CUDA 12.1.66's nvcc accepts" in warnings
+    assert "standard library needs CUDA 12.4 or newer (error STL1002)" in warnings
+    assert "TEMP" not in plan.env  # C:\t is short already
+
+
+def test_ubuntu_gcc14_cuda124_uses_the_installed_gcc13():
+    facts = machine("ubuntu-2404-gcc14-cuda12.4")
+    plan = configure(facts, load_params())
+    assert plan.platform == "linux" and plan.env["CUDAHOSTCXX"] == "/usr/bin/g++-13"
+    assert not any("newer than CUDA" in w for w in map(str, plan.warnings))
+    assert set(plan.shell_commands) == {"bash"}
+    assert "export CUDAHOSTCXX=/usr/bin/g++-13" in plan.shell_commands["bash"]
+    # without gcc 13 installed: a warning with the fix
+    facts.compilers = [t for t in facts.compilers if t.name != "g++-13"]
+    plan = configure(facts, load_params())
+    assert "CUDAHOSTCXX" not in plan.env
+    assert "gcc 14.2.0 is newer than CUDA 12.4.99's nvcc accepts (up to gcc 13)" in text(plan)
+    assert "apt install g++-13" in text(plan) and "install CUDA 12.8 or newer" in text(plan)
+
+
+def test_wsl2_3090():
+    facts = machine("wsl2-3090")
+    plan = configure(facts, load_params())
+    assert plan.platform == "wsl" and plan.backend == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=86" in plan.cmake_args
+    assert plan.warnings == []
+    assert facts.libcuda_paths == ["/usr/lib/wsl/lib/libcuda.so.1"]
+    broken = dataclasses.replace(facts, stub_on_ld_library_path=["/usr/local/cuda-12.4/lib64/stubs"],
+                                 libcuda_paths=["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"])
+    warnings = text(configure(broken, load_params()))
+    assert "LD_LIBRARY_PATH holds CUDA's stub folder /usr/local/cuda-12.4/lib64/stubs" in warnings
+    assert "finds libcuda.so.1 at /usr/lib/x86_64-linux-gnu/libcuda.so.1 before /usr/lib/wsl/lib" in warnings
+    no_driver = dataclasses.replace(facts, wsl_driver_libs=[])
+    assert "WSL without /usr/lib/wsl/lib/libcuda.so" in text(configure(no_driver, load_params()))
+
+
+def test_driver_535_with_only_cuda_13():
+    facts = machine("driver535-cuda13")
+    assert facts.driver.cuda_version == ""  # the query CSV has no CUDA version: it comes from the driver branch
+    plan = configure(facts, load_params())
+    assert plan.backend == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=89" in plan.cmake_args
+    warnings = text(plan)
+    assert "driver 535.183.01 supports CUDA up to 12.2, older than the toolkit 13.0.88" in warnings
+    assert "update the driver to 580.65.06 or newer, or build with a CUDA 12.x toolkit up to 12.2" in warnings
+
+
+def test_m2_mac_builds_metal():
+    plan = configure(machine("m2-mac"), load_params())
+    assert plan.platform == "macos" and plan.backend == "metal"
+    assert "-DGGML_METAL=on" in plan.cmake_args and not any("GGML_CUDA" in a for a in plan.cmake_args)
+    assert plan.warnings == [] and plan.blockers == []
+
+
+def test_x86_python_under_rosetta_is_refused_with_the_fix():
+    facts = machine("m2-mac")
+    facts.os.rosetta = True
+    plan = configure(facts, load_params())
+    assert plan.backend == "cpu" and plan.blockers
+    assert [b.code for b in plan.blockers] == ["rosetta-python"]
+    assert "x86_64 running under Rosetta" in str(plan.blockers[0]) and "arch -arm64" in str(plan.blockers[0])
+
+
+def test_no_gpu_is_cpu_only_and_says_so():
+    plan = configure(machine("no-gpu"), load_params())
+    assert plan.backend == "cpu" and "-DGGML_CUDA=off" in plan.cmake_args
+    assert any("CPU-only build (no NVIDIA GPU visible)" in w for w in map(str, plan.warnings))
+    portable = configure(machine("no-gpu"), load_params(PARAMS_DIR / "cpu-portable.yaml"))
+    assert "-DGGML_NATIVE=OFF" in portable.cmake_args
+
+
+def test_this_machine(this_machine):
+    """Real detection here: nvcc 13.0 without cuBLAS and no GPU -> a CPU build that says so."""
+    plan = configure(this_machine, load_params())
+    assert plan.backend == "cpu" and plan.platform == "linux"
+    assert any("CPU-only build (no NVIDIA GPU visible)" in w for w in map(str, plan.warnings))
+    assert this_machine.vswhere.found is False and this_machine.visual_studio == []
+    assert plan.blockers == []
+
+
+def test_the_gpu_machine():
+    """detect.json recorded on the H200 machine."""
+    facts = machine("gpu-machine-h200")
+    plan = configure(facts, load_params())
+    assert plan.backend == "cuda" and plan.cmake_args[:2] == ["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES=90"]
+    assert plan.env["CUDACXX"] == "/usr/local/cuda-13.0/bin/nvcc"
+    assert plan.warnings == [] and "CUDAHOSTCXX" not in plan.env  # gcc 13 is within CUDA 13.0's limit

@@ -1,0 +1,107 @@
+"""Every ready profile in params/ loads and plans on the machine it is meant for."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from machines import machine
+
+from playbook.params import PARAMS_DIR, load_params
+from playbook.steps.configure import configure
+from playbook.verify.step import check_required_symbols
+
+
+def profile(name: str, *overrides: str):
+    return load_params(PARAMS_DIR / f"{name}.yaml", list(overrides))
+
+
+def test_cuda_native_on_the_gpu_machine():
+    plan = configure(machine("gpu-machine-h200"), profile("cuda-native"))
+    assert plan.backend == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=90" in plan.cmake_args and plan.warnings == []
+
+
+def test_cuda_portable_checks_every_architecture():
+    plan = configure(machine("wsl2-3090"), profile("cuda-portable"))
+    assert "-DCMAKE_CUDA_ARCHITECTURES=86;89;120" in plan.cmake_args and "-DGGML_NATIVE=OFF" in plan.cmake_args
+    assert any("sm_120 needs CUDA 12.8 or newer; this toolkit is 12.4.99" in w for w in map(str, plan.warnings))
+    assert not any("sm_86" in w or "sm_89" in w for w in map(str, plan.warnings))
+    h200 = configure(machine("gpu-machine-h200"), profile("cuda-portable"))
+    assert any("will not contain sm_90" in w for w in map(str, h200.warnings))
+
+
+def test_cpu_profiles():
+    assert configure(machine("gpu-machine-h200"), profile("cpu")).backend == "cpu"
+    plan = configure(machine("no-gpu"), profile("cpu-portable"))
+    assert plan.backend == "cpu" and "-DGGML_NATIVE=OFF" in plan.cmake_args
+    assert any("CPU-only build" in w for w in map(str, plan.warnings))
+
+
+def test_metal_profile():
+    assert configure(machine("m2-mac"), profile("metal")).backend == "metal"
+    linux = configure(machine("no-gpu"), profile("metal"))
+    assert linux.backend == "cpu" and any("Metal exists only on macOS" in w for w in map(str, linux.warnings))
+
+
+def test_fork_profile_lists_required_symbols(tmp_path):
+    plan = configure(machine("gpu-machine-h200"), profile("fork", f"source.path={tmp_path}"))
+    assert plan.source_path == str(tmp_path) and plan.source_kind == "path"
+    assert plan.required_symbols == ["llama_cpp.llama_chat_format.Qwen3VLChatHandler"]
+
+
+def test_required_symbols_are_checked_in_the_installed_package(tmp_path):
+    package = tmp_path / "llama_cpp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "llama_chat_format.py").write_text("class Llava15ChatHandler:\n    pass\n")
+    findings = check_required_symbols(tmp_path, ["llama_cpp.llama_chat_format.Llava15ChatHandler",
+                                                 "llama_cpp.llama_chat_format.Qwen3VLChatHandler",
+                                                 "llama_cpp_fork.something"], sys.executable, tmp_path / "symbols.log")
+    assert [f.id for f in findings] == ["missing-symbol", "missing-symbol"]
+    assert "llama_cpp.llama_chat_format.Qwen3VLChatHandler not found" in findings[0].evidence
+    assert findings[1].evidence.startswith("llama_cpp_fork.something not found")
+    assert check_required_symbols(tmp_path, [], sys.executable) == []
+
+
+def test_multimodal_module_without_its_library_is_the_known_failure(tmp_path):
+    """llama_cpp.mtmd_cpp raises at import when libmtmd is absent, as a wheel built with LLAVA_BUILD=OFF does."""
+    package = tmp_path / "llama_cpp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mtmd_cpp.py").write_text(
+        "raise FileNotFoundError(\"Shared library with base name 'mtmd' not found\")\n")
+    findings = check_required_symbols(tmp_path, ["llama_cpp.mtmd_cpp.mtmd_init_from_file"], sys.executable,
+                                      tmp_path / "symbols.log")
+    assert [f.id for f in findings] == ["mtmd-not-built"]
+    assert findings[0].automatic is True and "LLAVA_BUILD=ON" in findings[0].fix
+
+
+def test_prebuilt_lib_profile(tmp_path):
+    library = tmp_path / "libllama.so"
+    library.write_bytes(b"")
+    plan = configure(machine("gpu-machine-h200"), profile("prebuilt-lib", f"build.prebuilt_lib={library}"))
+    assert plan.backend == "prebuilt"
+    assert plan.cmake_args[:2] == ["-DLLAMA_BUILD=OFF", "-DLLAVA_BUILD=OFF"]
+    assert plan.cmake_args.count("-DLLAVA_BUILD=OFF") == 1 and plan.multimodal is False
+    assert plan.runtime_env == {"LLAMA_CPP_LIB_PATH": str(tmp_path)}
+    assert f"export LLAMA_CPP_LIB_PATH={tmp_path}" in plan.shell_commands["bash"]
+
+
+def test_server_profile_records_the_extra():
+    plan = configure(machine("gpu-machine-h200"), profile("server"))
+    assert plan.extras == ["server"] and plan.backend == "cuda"
+
+
+def test_offline_profile_uses_no_index(tmp_path):
+    (tmp_path / "wheels").mkdir()
+    plan = configure(machine("no-gpu"), profile("offline", f"source.path={tmp_path}",
+                                                f"source.find_links={tmp_path / 'wheels'}"))
+    assert plan.find_links == str(tmp_path / "wheels") and plan.build_isolation is False
+    assert any(d.what == "package index" and "--no-index" in d.value for d in plan.decisions)
+
+
+def test_every_profile_has_a_test():
+    tested = Path(__file__).read_text()
+    for path in PARAMS_DIR.glob("*.yaml"):
+        if path.stem not in ("default", "gpu-reference"):
+            assert f'profile("{path.stem}"' in tested, f"params/{path.name} has no test"
