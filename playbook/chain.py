@@ -188,6 +188,9 @@ def execute_step(run: RunFolder, call: StepCall, *, verbose: bool = False) -> St
         papermill.execute_notebook(
             str(resources.notebook(call.step.value)), str(output), parameters=parameters, kernel_name="python3",
             cwd=str(run.path), log_output=verbose, progress_bar=False,
+            # The kernel's own log (transport warnings, the interrupt it logs as it shuts down) says nothing
+            # about the step; the step's errors reach the notebook and run.json either way.
+            extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
         )
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"
@@ -249,7 +252,11 @@ def drive(run: RunFolder, *, force: bool = False, verbose: bool = False,
         with RunLock(run.layout.lock):
             while (call := next_step(run)) is not None:
                 emit("start", call)
-                record = execute_step(run, call, verbose=verbose)
+                try:
+                    record = execute_step(run, call, verbose=verbose)
+                except StepFailed:
+                    emit("end", run.record().steps[-1])  # recorded as error by execute_step
+                    raise
                 emit("end", record)
                 if call.step is Step.CONFIGURE:
                     plan = read_json(BuildPlan, run.layout.plan(1))

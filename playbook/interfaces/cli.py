@@ -155,10 +155,10 @@ def _plan(args: argparse.Namespace) -> int:
     from playbook.interfaces.tables import plan_summary
     from playbook.params import load_params
     from playbook.resources import resolve_params_file
-    from playbook.steps.configure import configure
+    from playbook.steps.configure import configure_here
     from playbook.steps.detect import detect
 
-    plan = configure(detect(), load_params(resolve_params_file(args.params) if args.params else None, args.overrides))
+    plan = configure_here(detect(), load_params(resolve_params_file(args.params) if args.params else None, args.overrides))
     print(plan_summary(plan))
     print()
     for decision in plan.decisions:

@@ -30,6 +30,7 @@ from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
 from playbook.verify.step import VerifyResult
+from playbook.verify.sweep import plot_description
 
 
 @dataclass
@@ -61,6 +62,7 @@ class RunSummary:
     attempts: list[Attempt]
     notebooks: list[str]
     plot_png: str = ""  # the final verify's plot, a file name in the run folder
+    plot_alt: str = ""  # what the plot shows, in words
     check_lines: list[str] = field(default_factory=list)
     check_ok: bool = False
 
@@ -101,6 +103,9 @@ def read_summary(run_dir: Path) -> RunSummary:
         attempts=attempts,
         notebooks=sorted(p.name for p in run.path.glob("*.ipynb")),
         plot_png=plot if plot and (run.path / plot).is_file() else "",
+        plot_alt=plot_description(verified[-1].verify.points, verified[-1].verify.probe.result is None or
+                                  bool(verified[-1].verify.probe.result.get("supports_gpu_offload")))
+        if verified else "",
         check_lines=check.lines(),
         check_ok=check.ok,
     )
@@ -187,7 +192,7 @@ _TEMPLATES = {
 {% for a in s.attempts if a.diagnosis.message %}<p>repair after attempt {{ a.attempt }}: {{ a.diagnosis.message }}</p>{% endfor %}
 
 <h2>Throughput</h2>
-{% if plot %}<img alt="tokens/s by offloaded layers" src="data:image/png;base64,{{ plot }}">{% else %}<p>No plot: no verify sweep ran.</p>{% endif %}
+{% if plot %}<img alt="{{ s.plot_alt }}" src="data:image/png;base64,{{ plot }}">{% else %}<p>No plot: no verify sweep ran.</p>{% endif %}
 
 <h2>Executed notebooks</h2>
 <table><tr><th>step</th><th>attempt</th><th>outcome</th><th>time</th><th>notebook</th></tr>

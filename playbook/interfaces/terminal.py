@@ -66,25 +66,28 @@ class ConsoleReporter:
             self.say(line)
 
     def _poll(self, call: StepCall) -> None:
-        from playbook.interfaces.walkthrough import latest_progress
+        from playbook.steps.build import last_progress_of
 
         assert self.run is not None
         layout = self.run.layout
+        # disable=None: no bar where stderr is not a terminal (a log file, CI): the step lines say it all.
         if call.step is Step.BUILD:
-            bar = tqdm(total=1, desc="  compiling", unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
+            bar = tqdm(total=None, desc="  configuring", unit="step", file=sys.stderr, leave=False, disable=None)
             while not self._stop.wait(POLL_S):
-                done, total = latest_progress(layout.build_log(call.attempt))
-                if total:
-                    bar.total = total
-                    bar.n = done
+                progress = last_progress_of(layout.build_log(call.attempt))
+                if progress.total and (progress.done, progress.total) != (bar.n, bar.total):
+                    bar.set_description("  compiling", refresh=False)
+                    bar.total, bar.n = progress.total, progress.done
                     bar.refresh()
         else:
             expected = expected_sweep_points(self.run)
             bar = tqdm(total=expected or None, desc="  measuring", unit="point", file=sys.stderr, leave=False,
-                       dynamic_ncols=True)
+                       disable=None)
             while not self._stop.wait(POLL_S):
-                bar.n = len(list(layout.verify_logs(call.attempt).glob("bench-ngl-*.log")))
-                bar.refresh()
+                done = len(list(layout.verify_logs(call.attempt).glob("bench-ngl-*.log")))
+                if done != bar.n:
+                    bar.n = done
+                    bar.refresh()
         bar.close()
 
 
@@ -160,20 +163,27 @@ def summary_lines(run: RunFolder) -> list[str]:
     if attempt:
         build = read_json(BuildResult, layout.build_result(attempt))
         plan = read_json(BuildPlan, layout.plan(attempt))
+        verify = read_json(VerifyResult, layout.verify_result(attempt)) if layout.verify_result(attempt).is_file() else None
         if build.ok and build.wheel:
             wheel = Path(build.wheel.path)
-            how = "reused from the wheel cache" + (f" (built by run {build.reused_from_run})"
-                                                   if build.reused_from_run else "") if build.reused_wheel else \
-                f"built in {build.duration_s:.0f} s"
+            if build.reused_wheel:
+                how = "reused from the wheel cache" + (f", built by run {build.reused_from_run}"
+                                                       if build.reused_from_run else "")
+            else:
+                how = f"built in {build.duration_s:.0f} s"
+            if verify is None or not verify.ok:
+                how += "; it did not pass verify"
             lines.append(f"wheel: {wheel} ({how})")
             lines.append(f"  install it: pip install {shlex.quote(str(wheel))}")
         lines.append(f"backend: {plan.backend.value}" + (f", CUDA architectures {plan.cuda_architectures}"
                                                         if plan.cuda_architectures else ""))
+        if plan.remembered_repairs:
+            lines.append(f"started from repairs that worked on this machine before: "
+                         f"{', '.join(plan.remembered_repairs)} (--set build.forget_repairs=true to build without)")
         if plan.remedies_applied:
             lines.append(f"repaired: {', '.join(plan.remedies_applied)} (attempt {attempt} built with "
                          f"{plan.cmake_args_string})")
-        if layout.verify_result(attempt).is_file():
-            verify = read_json(VerifyResult, layout.verify_result(attempt))
+        if verify is not None:
             ok = [p for p in verify.points if p.status == "ok"]
             if ok:
                 full = max(ok, key=lambda p: p.n_gpu_layers)

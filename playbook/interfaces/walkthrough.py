@@ -27,7 +27,7 @@ from playbook.runfolder.folder import RunFolder
 from playbook.runfolder.history import keep_file
 from playbook.runfolder.layout import PARAMS, Step
 from playbook.serialization import read_json
-from playbook.steps.build import BuildResult, last_progress
+from playbook.steps.build import BuildResult, last_progress_of
 from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
@@ -128,13 +128,8 @@ def apply_choices(run: RunFolder, changes: dict[str, Any]) -> Params:
 
 
 def latest_progress(log_file: Path, tail_bytes: int = 64 * 1024) -> tuple[int, int]:
-    """ninja's last ``[n/N]`` in a build log (its tail: a CUDA build's log runs to megabytes);
-    (0, 0) before CMake's build starts."""
-    if not log_file.is_file():
-        return 0, 0
-    with log_file.open("rb") as stream:
-        stream.seek(max(0, log_file.stat().st_size - tail_bytes))
-        progress = last_progress(stream.read().decode(errors="replace"))
+    """ninja's last ``[n/N]`` in a build log; (0, 0) before CMake's build starts."""
+    progress = last_progress_of(log_file, tail_bytes)
     return progress.done, progress.total
 
 

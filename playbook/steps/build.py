@@ -55,6 +55,15 @@ def last_progress(text: str) -> Progress:
     return progress
 
 
+def last_progress_of(log_file: Path, tail_bytes: int = 64 * 1024) -> Progress:
+    """ninja's last ``[n/N]`` in a build log, read from its tail (a CUDA build's log runs to megabytes)."""
+    if not log_file.is_file():
+        return Progress()
+    with log_file.open("rb") as stream:
+        stream.seek(max(0, log_file.stat().st_size - tail_bytes))
+        return last_progress(stream.read().decode(errors="replace"))
+
+
 @dataclass
 class WheelInfo:
     name: str

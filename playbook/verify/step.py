@@ -223,7 +223,8 @@ def run_verify(
     result.csv_file = write_sweep_csv(result.points, layout.throughput(attempt, ".csv")).name
     title = f"{model_path.name} · llama-cpp-python {probe.result['version']} · {threads} threads"
     stem = layout.throughput(attempt, "")
-    result.plot_files = [p.name for p in plot_throughput(result.points, title, stem, result.tg_limit_tokens_per_s)]
+    result.plot_files = [p.name for p in plot_throughput(result.points, title, stem, result.tg_limit_tokens_per_s,
+                                                         gpu_offload=gpu_offload, scale=params.verify.plot_scale)]
     result.findings = _unique(findings)
     measured = [p for p in result.points if p.status == "ok"]
     agreement_ok = result.agreement is None or result.agreement.ok
@@ -372,8 +373,21 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         multimodal=plan.multimodal,
     )
     run.write(result, layout.verify_result(build.attempt))
+    if result.ok and plan.remedies_applied:
+        remember_repairs(run, facts, plan)
     run.finish_step(Step.VERIFY, build.attempt, verify_outcome(result), result.summary, [f.id for f in result.findings])
     return result
+
+
+def remember_repairs(run: RunFolder, facts: Any, plan: Any) -> None:
+    """A repaired wheel passed: keep what the repairs changed, so the next plan here starts from it."""
+    from playbook.runfolder.folder import utc_now
+    from playbook.steps.configure import BuildPlan
+    from playbook.steps.repair_memory import plan_changes, remember
+
+    repair = plan_changes(run.read(BuildPlan, run.layout.plan(1)), plan)
+    repair.run_id, repair.recorded = run.run_id, utc_now()
+    remember(run.params().cache_dir, facts, repair)
 
 
 def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Callable[[Path, list[int], int], LlamaBench]:

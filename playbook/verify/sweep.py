@@ -94,20 +94,69 @@ def gpu_bandwidth_gb_per_s(bus_width_bits: int | None, memory_clock_mhz: int | N
     return 2 * memory_clock_mhz * 1e6 * bus_width_bits / 8 / 1e9
 
 
-def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: float | None = None) -> list[Path]:
-    """Tokens/s against offloaded layers, prompt processing and generation side by side."""
+def plot_scale(points: list[SweepPoint], asked: str = "auto") -> str:
+    """``log`` where a measured curve spans more than a decade (a flat line on a linear axis), unless asked."""
+    if asked != "auto":
+        return asked
+    good = [p for p in points if p.status == "ok"]
+    for attr in ("pp_tokens_per_s", "tg_tokens_per_s"):
+        rates = [getattr(p, attr) for p in good if getattr(p, attr)]
+        if rates and max(rates) / min(rates) > 10:
+            return "log"
+    return "linear"
+
+
+def plot_description(points: list[SweepPoint], gpu_offload: bool = True) -> str:
+    """What the throughput plot shows, in words (its alt text)."""
+    good = sorted((p for p in points if p.status == "ok"), key=lambda p: p.n_gpu_layers)
+    failed = [f"{p.status} at {p.n_gpu_layers} layers" for p in points if p.status != "ok"]
+    if not good:
+        return "Throughput plot: no layer count was measured" + (f" ({', '.join(failed)})" if failed else "")
+    if not gpu_offload or len(good) == 1:
+        only = good[0]
+        where = "CPU-only build" if not gpu_offload else f"{only.n_gpu_layers} layers offloaded"
+        text = (f"Throughput, {where}: prompt processing {only.pp_tokens_per_s:.1f} tokens/s, "
+                f"token generation {only.tg_tokens_per_s:.1f} tokens/s")
+    else:
+        first, last = good[0], good[-1]
+        text = (f"Throughput by layers offloaded to the GPU: token generation from {first.tg_tokens_per_s:.1f} "
+                f"tokens/s at {first.n_gpu_layers} layers to {last.tg_tokens_per_s:.1f} at {last.n_gpu_layers}; "
+                f"prompt processing from {first.pp_tokens_per_s:.1f} to {last.pp_tokens_per_s:.1f} tokens/s")
+    return text + (f"; {', '.join(failed)}" if failed else "")
+
+
+def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: float | None = None,
+                    gpu_offload: bool = True, scale: str = "auto") -> list[Path]:
+    """Tokens/s against offloaded layers, prompt processing and generation side by side; for a
+    CPU-only build, one bar each (nothing to sweep)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    if gpu_offload:
+        _plot_sweep(axes, points, tg_limit, plot_scale(points, scale))
+    else:
+        _plot_cpu_bars(axes, points)
+        title = f"CPU-only build · {title}"
+    fig.suptitle(title)
+    fig.tight_layout()
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def _plot_sweep(axes, points: list[SweepPoint], tg_limit: float | None, scale: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     good = [p for p in points if p.status == "ok"]
     for ax, attr, label in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
         xs = [p.n_gpu_layers for p in good]
         ys = [getattr(p, f"{attr}_tokens_per_s") for p in good]
-        errs = [getattr(p, f"{attr}_stdev") for p in good]
+        errs = [getattr(p, f"{attr}_stdev") or 0.0 for p in good]
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label="llama-cpp-python (low-level API)")
         bench = [(p.n_gpu_layers, getattr(p, f"bench_{attr}_tokens_per_s")) for p in good]
         if any(rate for _, rate in bench):
@@ -119,18 +168,37 @@ def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: 
             ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
             ax.annotate(bad.status, (bad.n_gpu_layers, 0), color="red", rotation=90, va="bottom")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if len({p.n_gpu_layers for p in points}) == 1:  # one point (CPU-only): a readable axis around it
+        if len({p.n_gpu_layers for p in points}) == 1:  # one point: a readable axis around it
             ax.set_xlim(points[0].n_gpu_layers - 1, points[0].n_gpu_layers + 1)
         ax.set_xlabel("layers offloaded to the GPU (n_gpu_layers)")
-        ax.set_ylabel("tokens/s")
+        ax.set_ylabel("tokens/s" + (" (log scale)" if scale == "log" else ""))
         ax.set_title(label)
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3, which="both" if scale == "log" else "major")
+        if scale == "log":
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
+
+
+def _plot_cpu_bars(axes, points: list[SweepPoint]) -> None:
+    point = next((p for p in points if p.status == "ok"), None)
+    for ax, attr, label in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
+        ax.set_title(label)
+        ax.set_ylabel("tokens/s")
+        ax.set_xticks([])
+        if point is None:
+            status = points[0].status if points else "not measured"
+            ax.text(0.5, 0.5, status, ha="center", va="center", color="red", transform=ax.transAxes)
+            continue
+        rate, stdev = getattr(point, f"{attr}_tokens_per_s"), getattr(point, f"{attr}_stdev")
+        ours = ax.bar([0], [rate], yerr=[stdev or 0], capsize=6, width=0.5,
+                      label="llama-cpp-python, all layers on the CPU")
+        bench = getattr(point, f"bench_{attr}_tokens_per_s")
+        if bench:
+            ax.bar([0.6], [bench], width=0.5, color="gray", label="llama-bench, same build")
+        ax.bar_label(ours, fmt="%.1f")
+        ax.set_xlim(-0.6, 1.2 if bench else 0.6)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)

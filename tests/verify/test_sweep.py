@@ -1,6 +1,11 @@
 import pytest
 
-from playbook.verify.sweep import SweepPoint, layer_counts, plot_throughput, write_sweep_csv
+import csv
+from pathlib import Path
+
+from playbook.verify.sweep import SweepPoint, layer_counts, plot_scale, plot_throughput, write_sweep_csv
+
+SEVEN_B = Path(__file__).resolve().parents[2] / "outputs" / "reference" / "20261122T031414Z-vm" / "throughput-attempt-1.csv"
 
 
 @pytest.mark.parametrize(
@@ -27,3 +32,28 @@ def test_a_single_point_plot_has_a_readable_axis(tmp_path):
 
     paths = plot_throughput([SweepPoint(0, "ok", 0, 6662.3, 1474.3, 736.4, 223.5, 0.1)], "cpu", tmp_path / "one")
     assert matplotlib.image.imread(paths[0]).shape[0] > 100
+
+
+def reference_points(path: Path) -> list[SweepPoint]:
+    rows = list(csv.DictReader(path.open()))
+    return [SweepPoint(int(r["n_gpu_layers"]), r["status"], pp_tokens_per_s=float(r["pp_tokens_per_s"]),
+                       tg_tokens_per_s=float(r["tg_tokens_per_s"])) for r in rows]
+
+
+def test_a_curve_spanning_more_than_a_decade_is_drawn_on_a_log_axis(tmp_path):
+    seven_b = reference_points(SEVEN_B)  # token generation 16.8 -> 362.9 t/s
+    assert plot_scale(seven_b) == "log" and plot_scale(seven_b, "linear") == "linear"
+    flat = [SweepPoint(0, "ok", pp_tokens_per_s=100.0, tg_tokens_per_s=50.0),
+            SweepPoint(8, "ok", pp_tokens_per_s=400.0, tg_tokens_per_s=90.0)]
+    assert plot_scale(flat) == "linear"
+    paths = plot_throughput(seven_b, "7B", tmp_path / "seven", scale="auto")
+    assert "(log scale)" in paths[1].read_text()
+
+
+def test_a_cpu_only_build_is_a_bar_titled_as_such(tmp_path):
+    paths = plot_throughput([SweepPoint(0, "ok", 0, 120.3, 1.2, 80.5, 0.4, 0.1)], "tiny.gguf", tmp_path / "cpu",
+                            gpu_offload=False)
+    svg = paths[1].read_text()
+    assert "CPU-only build" in svg and "all layers on the CPU" in svg and "n_gpu_layers" not in svg
+    crashed = plot_throughput([SweepPoint(0, "crash")], "tiny.gguf", tmp_path / "crash", gpu_offload=False)
+    assert "crash" in crashed[1].read_text()

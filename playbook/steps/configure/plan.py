@@ -56,6 +56,7 @@ class BuildPlan:
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
     remedies_applied: list[str] = field(default_factory=list)
+    remembered_repairs: list[str] = field(default_factory=list)  # finding ids replayed from this machine's record
     platform: str = ""  # linux, wsl, windows, macos
     generator: str = ""  # CMake generator; "" leaves scikit-build-core's choice
     # Lines that set every variable the user must set, per shell: "bash", "powershell", "cmd".

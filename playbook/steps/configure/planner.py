@@ -25,6 +25,7 @@ from playbook.steps.configure.plan import (
     shell_lines,
 )
 from playbook.steps.detect import CudaToolkit, Facts
+from playbook.steps.repair_memory import RememberedRepair, recall, replay
 from playbook.steps.source import bundle_wheels
 
 GIB = 1024
@@ -40,6 +41,7 @@ class Planner:
 
     facts: Facts
     params: Params
+    remembered: list[RememberedRepair] = field(default_factory=list)  # repairs that worked on this machine
     platform: str = ""
     backend: Backend = Backend.CPU
     toolkit: CudaToolkit | None = None
@@ -55,6 +57,8 @@ class Planner:
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
     blockers: list[PlanWarning] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)
+    build_isolation: bool = False
 
     def decide(self, what: str, value: str, reason: str) -> None:
         self.decisions.append(Decision(what, value, reason))
@@ -87,6 +91,7 @@ class Planner:
         if self.platform == "windows":
             windows.short_temp(self)
         self._compiler_cache()
+        self._remembered_repairs()
         self._user_arguments()
         self._jobs()
         self._source()
@@ -130,9 +135,32 @@ class Planner:
         self.cmake_args += launcher_args(found.path)
         self.decide("compiler cache", found.path, f"ccache {found.version}: a rebuild recompiles only what changed")
 
+    def _remembered_repairs(self) -> None:
+        if self.params.build.forget_repairs:
+            if self.remembered:
+                self.decide("remembered repairs", "ignored", "build.forget_repairs is true")
+            return
+        for repair in self.remembered:
+            if repair.backend != self.backend.value:
+                continue
+            self.cmake_args, self.env = replay(self.cmake_args, self.env, repair)
+            if repair.build_isolation is not None:
+                self.build_isolation = repair.build_isolation
+            changes = " ".join(repair.cmake_args_added + [f"{k}={v}" for k, v in repair.env_set.items()])
+            self.decide("remembered repair", changes or ", ".join(repair.findings),
+                        f"repaired on this machine in run {repair.run_id}: {', '.join(repair.findings)} "
+                        "(--set build.forget_repairs=true builds without it)")
+            self.replayed += repair.findings
+
     def _user_arguments(self) -> None:
         from playbook.knowledge import compatibility
 
+        if inherited := self.facts.environment.get("CMAKE_ARGS", "").strip():
+            self.warn("cmake-args-env-ignored",
+                      f"CMAKE_ARGS is set in your environment ({inherited}) and is ignored: the build sets "
+                      "CMAKE_ARGS from this plan, so that the run folder alone says how the wheel was built; "
+                      "put arguments you want in build.cmake_args (e.g. --set "
+                      f"\"build.cmake_args=[{', '.join(inherited.split())}]\")")
         for arg in self.params.build.cmake_args:
             self.set_cmake_arg(arg)
             self.decide("cmake argument", arg, "given in parameters build.cmake_args")
@@ -158,7 +186,7 @@ class Planner:
         else:
             self.jobs, why = int(self.params.build.jobs), "given in parameters build.jobs"
         self.decide("parallel jobs", str(self.jobs), why)
-        isolated = self.params.build.build_isolation
+        isolated = self.build_isolation = self.build_isolation or self.params.build.build_isolation
         self.decide("build isolation", str(isolated),
                     "pip builds in an isolated environment fetched from the index" if isolated else
                     "the playbook's environment already has scikit-build-core, CMake and ninja: "
@@ -180,7 +208,7 @@ class Planner:
             cmake_args=self.cmake_args,
             env=self.env,
             jobs=self.jobs,
-            build_isolation=params.build.build_isolation,
+            build_isolation=self.build_isolation,
             extra_packages=[],
             source_kind=source.kind,
             source_version=source.version,
@@ -202,25 +230,37 @@ class Planner:
             multimodal=multimodal_built(self.cmake_args),
             required_symbols=list(params.verify.required_symbols),
             blockers=self.blockers,
+            remembered_repairs=self.replayed,
         )
         studio = windows.newest_visual_studio(self.facts)
         plan.shell_commands = shell_lines(plan, studio.dev_shell if studio else "", studio.vcvarsall if studio else "")
         return plan
 
 
-def configure(facts: Facts, params: Params) -> BuildPlan:
-    return Planner(facts, params).plan()
+def configure(facts: Facts, params: Params, remembered: list[RememberedRepair] | None = None) -> BuildPlan:
+    return Planner(facts, params, list(remembered or [])).plan()
+
+
+def configure_here(facts: Facts, params: Params) -> BuildPlan:
+    """The plan on this machine, starting from the repairs that worked here before."""
+    return configure(facts, params, recall(params.cache_dir, facts))
 
 
 def configure_step(run: RunFolder) -> BuildPlan:
     """The configure notebook's work: plan attempt 1 from detect.json and the run's parameters."""
     facts = run.read(Facts, run.layout.detect_facts)
-    plan = configure(facts, run.params())
+    plan = configure_here(facts, run.params())
     run.write(plan, run.layout.plan(plan.attempt))
     run.finish_step(Step.CONFIGURE, 1, Outcome.FAILED if plan.blockers else Outcome.OK,
-                    "; ".join(b.message for b in plan.blockers) or f"{plan.backend.value} build planned",
+                    "; ".join(b.message for b in plan.blockers) or planned_message(plan),
                     [b.code for b in plan.blockers])
     return plan
+
+
+def planned_message(plan: BuildPlan) -> str:
+    remembered = (f", with the repair that worked here before ({', '.join(plan.remembered_repairs)})"
+                  if plan.remembered_repairs else "")
+    return f"{plan.backend.value} build planned{remembered}"
 
 
 def parallel_jobs(cores: int, available_mib: int | None, backend: str) -> tuple[int, str]:

@@ -1,0 +1,109 @@
+"""Repairs remembered per machine: what a repair changed, kept once a wheel built with it passed verify.
+
+The next plan on the same machine starts from the repaired configuration instead of building the
+failing one again (the native CPU wheel that crashes on a CPU whose AMX faults, every time).
+A machine is its fingerprint: CPU model and flags, GPUs, driver, CUDA toolkits, compilers, OS.
+Kept under ``<cache_dir>/repairs/<fingerprint>.json``; ``build.forget_repairs: true`` ignores it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from playbook.locks import RunLock
+from playbook.serialization import read_json, write_json
+from playbook.steps.detect import Facts
+
+if TYPE_CHECKING:
+    from playbook.steps.configure.plan import BuildPlan
+
+
+@dataclass
+class RememberedRepair:
+    """One repair that worked on this machine: the findings it answered and the plan changes it made."""
+
+    findings: list[str]
+    backend: str  # replayed only into a plan for the same backend
+    run_id: str
+    recorded: str
+    cmake_args_added: list[str] = field(default_factory=list)
+    cmake_args_removed: list[str] = field(default_factory=list)
+    env_set: dict[str, str] = field(default_factory=dict)
+    build_isolation: bool | None = None  # None: left as planned
+
+
+@dataclass
+class MachineRepairs:
+    fingerprint: str
+    machine: str  # in words, for a person reading the file
+    repairs: list[RememberedRepair] = field(default_factory=list)
+
+
+def machine_fingerprint(facts: Facts) -> str:
+    """What makes a build behave differently on another machine; not memory, load or paths."""
+    identity = {
+        "os": [facts.os.system, facts.os.machine],
+        "cpu": [facts.cpu.model, sorted(facts.cpu.flags)],
+        "gpus": sorted([g.name, g.compute_capability] for g in facts.gpus),
+        "driver": facts.driver.version,
+        "toolkits": sorted(t.version for t in facts.cuda_toolkits),
+        "compilers": sorted([c.name, c.version] for c in facts.compilers if c.found),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe_machine(facts: Facts) -> str:
+    gpus = ", ".join(g.name for g in facts.gpus) or "no NVIDIA GPU"
+    return f"{facts.cpu.model}; {gpus}; {facts.os.pretty_name}"
+
+
+def repairs_file(cache_dir: Path, fingerprint: str) -> Path:
+    return Path(cache_dir) / "repairs" / f"{fingerprint}.json"
+
+
+def recall(cache_dir: Path, facts: Facts) -> list[RememberedRepair]:
+    path = repairs_file(cache_dir, machine_fingerprint(facts))
+    if not path.is_file():
+        return []
+    try:
+        return read_json(MachineRepairs, path).repairs
+    except (ValueError, TypeError, KeyError):  # a damaged record only costs the shortcut
+        return []
+
+
+def plan_changes(before: BuildPlan, after: BuildPlan) -> RememberedRepair:
+    """What the repairs between two plans changed, as a record to replay."""
+    return RememberedRepair(
+        findings=after.remedies_applied[len(before.remedies_applied):] or list(after.remedies_applied),
+        backend=after.backend.value,
+        run_id="",
+        recorded="",
+        cmake_args_added=[a for a in after.cmake_args if a not in before.cmake_args],
+        cmake_args_removed=[a for a in before.cmake_args if a not in after.cmake_args],
+        env_set={k: v for k, v in after.env.items() if before.env.get(k) != v},
+        build_isolation=after.build_isolation if after.build_isolation != before.build_isolation else None,
+    )
+
+
+def remember(cache_dir: Path, facts: Facts, repair: RememberedRepair) -> Path:
+    """Add a repair to this machine's record (one entry per set of findings: the newest wins)."""
+    fingerprint = machine_fingerprint(facts)
+    path = repairs_file(cache_dir, fingerprint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with RunLock(path.with_suffix(".lock"), timeout_s=60):
+        record = MachineRepairs(fingerprint, describe_machine(facts), recall(cache_dir, facts))
+        record.repairs = [r for r in record.repairs if sorted(r.findings) != sorted(repair.findings)]
+        record.repairs.append(repair)
+        write_json(record, path)
+    return path
+
+
+def replay(cmake_args: list[str], env: dict[str, str], repair: RememberedRepair) -> tuple[list[str], dict[str, str]]:
+    """The arguments and environment of a plan with a remembered repair applied again."""
+    names_added = {a.split("=")[0] for a in repair.cmake_args_added}
+    args = [a for a in cmake_args if a not in repair.cmake_args_removed and a.split("=")[0] not in names_added]
+    return args + list(repair.cmake_args_added), {**env, **repair.env_set}
