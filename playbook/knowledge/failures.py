@@ -303,8 +303,9 @@ def first_failure(text: str) -> tuple[int, str] | None:
     return None
 
 
-def failed_stage(text: str, line_number: int) -> str:
-    """configure, compile, link, import or run: where the failure on ``line_number`` happened."""
+def failed_stage(text: str, line_number: int, default: str = "run") -> str:
+    """configure, compile, link, import or run: where the failure on ``line_number`` happened
+    (``default`` when neither the line nor what precedes it says)."""
     lines = normalise_paste(text).split("\n")
     line = lines[line_number - 1] if 0 < line_number <= len(lines) else ""
     for stage, pattern in STAGE_OF_LINE:
@@ -314,7 +315,7 @@ def failed_stage(text: str, line_number: int) -> str:
         for stage, pattern in STAGE_MARKERS:
             if pattern.search(earlier):
                 return stage
-    return "run"
+    return default
 
 
 def unrecognised(text: str, stage: str = "") -> Finding:
@@ -332,7 +333,8 @@ def unrecognised(text: str, stage: str = "") -> Finding:
     else:
         line_number, evidence = found
     if stage in ("", "any", "build"):
-        stage = failed_stage(text, line_number) if line_number else (stage if stage not in ("", "any") else "run")
+        default = "compile" if stage == "build" else "run"
+        stage = failed_stage(text, line_number, default) if line_number else (stage if stage not in ("", "any") else "run")
     return Finding(UNRECOGNISED, f"{stage} failed, and no known failure matches", evidence, line_number,
                    "No entry of the knowledge base matches this text.",
                    f"Read the {stage} log around line {line_number or 'its end'}; once fixed, "
