@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
 
     commands.add_parser("detect", help="print the detected facts as JSON")
 
-    diagnose = commands.add_parser("diagnose", help="name known failures in a log file")
-    diagnose.add_argument("path", type=Path, help="a build log, traceback or runtime output")
+    diagnose = commands.add_parser("diagnose", help="name known failures in a log file or a pasted issue body")
+    diagnose.add_argument("path", type=Path, help="a build log, traceback, runtime output or pasted issue body "
+                                                  "(Markdown quotes and fences are read through)")
     diagnose.add_argument("--json", action="store_true", help="print a JSON list of findings")
 
     bundle = commands.add_parser("bundle", help="write the wheels and trimmed source a machine without network needs")
@@ -183,12 +184,12 @@ def _detect(args: argparse.Namespace) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from playbook.knowledge.failures import diagnose_file
 
-    findings = diagnose_file(args.path)
+    findings = diagnose_file(args.path, detect_failure=True)
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2))
         return int(ExitCode.FOUND if findings else ExitCode.OK)
     if not findings:
-        print(f"no known failure found in {args.path}")
+        print(f"no failure found in {args.path}")
     for finding in findings:
         print(f"[{finding.id}] {finding.title}" + (f" ({finding.stage})" if finding.stage else ""))
         print(f"  line {finding.line_number}: {finding.evidence}")

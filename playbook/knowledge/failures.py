@@ -23,6 +23,9 @@ from playbook.errors import KnowledgeBaseError, PlaybookError
 KNOWLEDGE_FILE = "failures.yaml"
 PLATFORMS = ("any", "linux", "windows", "macos", "wsl")
 STAGES = ("any", "configure", "build", "import", "load", "run")
+# What an entry is about; README.md's knowledge-base section counts entries by these.
+FAMILIES = ("cuda-configure", "cuda-toolchain", "cuda-runtime", "compiler", "linker", "build-tree", "loader", "cpu",
+            "python-packaging", "vulkan", "metal", "hip", "playbook-checks")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class FailureEntry:
     stages: tuple[str, ...] = ("any",)
     specificity: int = 50  # higher is reported first
     remedy: Remedy | None = None
+    family: str = ""
 
 
 # The one finding that is not a knowledge-base entry: the text plainly failed, and no entry names why.
@@ -108,6 +112,11 @@ class KnowledgeBase:
     def ids(self) -> list[str]:
         return [entry.id for entry in self.entries]
 
+    def families(self) -> dict[str, int]:
+        """Entries per family, in the order of :data:`FAMILIES`."""
+        counts = {family: sum(entry.family == family for entry in self.entries) for family in FAMILIES}
+        return {family: count for family, count in counts.items() if count}
+
 
 def parse_knowledge_base(document: dict[str, Any]) -> KnowledgeBase:
     entries = []
@@ -120,9 +129,11 @@ def parse_knowledge_base(document: dict[str, Any]) -> KnowledgeBase:
             seen.add(failure_id)
             platforms = tuple(raw.get("platforms", ["any"]))
             stages = tuple(raw.get("stages", ["any"]))
+            family = str(raw.get("family", ""))
             bad = [p for p in platforms if p not in PLATFORMS] + [s for s in stages if s not in STAGES]
+            bad += [family] if family not in FAMILIES else []
             if bad:
-                raise KnowledgeBaseError(f"{failure_id}: unknown platform or stage {bad}")
+                raise KnowledgeBaseError(f"{failure_id}: unknown platform, stage or family {bad}")
             entries.append(
                 FailureEntry(
                     id=failure_id,
@@ -134,6 +145,7 @@ def parse_knowledge_base(document: dict[str, Any]) -> KnowledgeBase:
                     stages=stages,
                     specificity=int(raw.get("specificity", 50)),
                     remedy=Remedy.from_dict(raw["remedy"]) if raw.get("remedy") else None,
+                    family=family,
                 )
             )
         except KeyError as missing:
@@ -158,6 +170,7 @@ def diagnose_text(
 ) -> list[Finding]:
     """Every known failure found in ``text``, most specific first, each reported once."""
     knowledge = knowledge or load_knowledge_base()
+    text = normalise_paste(text)
     lines = text.split("\n")  # not splitlines(): a progress bar's lone \r must not shift line numbers
     findings: list[tuple[int, int, Finding]] = []
     for entry in knowledge.entries:
@@ -183,9 +196,11 @@ def diagnose_text(
     return [finding for _, _, finding in findings]
 
 
-def diagnose_file(path: Path, unrecognised_stage: str = "", **kwargs: Any) -> list[Finding]:
-    """:func:`diagnose_text` over a file; with ``unrecognised_stage`` (the file is known to show a
-    failure), an :data:`UNRECOGNISED` finding when no entry matches."""
+def diagnose_file(path: Path, unrecognised_stage: str = "", *, detect_failure: bool = False,
+                  **kwargs: Any) -> list[Finding]:
+    """:func:`diagnose_text` over a file. When no entry matches, an :data:`UNRECOGNISED` finding if the
+    file is known to show a failure (``unrecognised_stage``), or, with ``detect_failure``, if the text
+    plainly says something failed (its first error line and the stage it belongs to)."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
@@ -193,7 +208,24 @@ def diagnose_file(path: Path, unrecognised_stage: str = "", **kwargs: Any) -> li
     findings = diagnose_text(text, **kwargs)
     if not findings and unrecognised_stage:
         findings = [unrecognised(text, unrecognised_stage)]
+    elif not findings and detect_failure and first_failure(text) is not None:
+        findings = [unrecognised(text)]
     return findings
+
+
+# A pasted issue body: Markdown quotes ("> ", nested) before log lines, code fences, Windows line ends.
+QUOTE_PREFIX = re.compile(r"^(?:[ \t]{0,3}>[ \t]?)+")
+FENCE_LINE = re.compile(r"^[ \t>]*(?:```|~~~)[^\n]*$")
+
+
+def normalise_paste(text: str) -> str:
+    """The log inside a pasted issue body, line for line (line numbers stay those of the paste): quote
+    markers and fence lines go, CRLF becomes LF, everything else is kept as it is."""
+    lines = []
+    for line in text.split("\n"):
+        line = line[:-1] if line.endswith("\r") else line
+        lines.append("" if FENCE_LINE.match(line) else QUOTE_PREFIX.sub("", line))
+    return "\n".join(lines)
 
 
 def _applies(allowed: tuple[str, ...], actual: str) -> bool:
@@ -220,20 +252,89 @@ ERROR_LINE = re.compile(
 BENIGN_LINE = re.compile(r"-Werror|-Wno-error|error_code|errors?=|\b0 errors?\b|_error\.|Failed to build installable"
                          r"|warning:|ERROR: Failed building wheel", re.IGNORECASE)
 
+# Lines that by themselves say that something failed: what makes a text "plainly failed". A tool's own
+# report of its error (ROOT) is preferred to the wrappers that only relay it (pip, ninja, make).
+ROOT_FAILURE = re.compile(
+    r"^[^\n]*(?:^\s*CMake Error\b|\bfatal error\b|(?<![\w-])error(?: [A-Z]{1,3}\d{3,5})?\s*:|"
+    r"\bundefined reference to\b|\bcannot find -l\w|\bld returned \d+ exit status|unresolved external symbol|"
+    r"\bnvcc fatal\b|internal compiler error|Segmentation fault|\bcore dumped\b|GGML_ASSERT|"
+    r"terminate called after throwing|Fatal Python error|^\s*Killed\s*$|"
+    r"^\s*(?:\w+\.)*\w*(?:Error|Exception): )[^\n]*$", re.MULTILINE)
+WRAPPER_FAILURE = re.compile(
+    r"^[^\n]*(?:error: subprocess-exited-with-error|did not run successfully|ERROR: Failed building wheel|"
+    r"ERROR: Could not build wheels|ninja: build stopped|^\s*FAILED: |make(?:\[\d+\])?: \*\*\*|"
+    r"CMake build failed|Configuring incomplete)[^\n]*$", re.MULTILINE)
+HARMLESS_FAILURE = re.compile(r"-Werror|-Wno-error|\bwarning\b|\bdeprecated\b|\b0 errors?\b|error_code|errors?=|"
+                              r"Performing Test .* - Failed|- not found$|Traceback \(most recent call last\)",
+                              re.IGNORECASE)
+PIP_RELAY = re.compile(r"error: (?:subprocess-exited-with-error|metadata-generation-failed|legacy-install-failure)")
 
-def unrecognised(text: str, stage: str) -> Finding:
+# Where in the chain a failing line belongs, by the line itself, then by the nearest step marker before it.
+STAGE_OF_LINE = (
+    ("link", re.compile(r"undefined reference|cannot find -l|ld returned|collect2|\bLNK\d{4}\b|LINK : fatal|"
+                        r"unresolved external|\bld(?:\.\w+)?: ")),
+    ("configure", re.compile(r"CMake Error|Configuring incomplete|Could NOT find|compiler identification")),
+    ("import", re.compile(r"ImportError|ModuleNotFoundError|Failed to load shared library|cannot open shared object|"
+                          r"Could not find module|\bWinError 126\b|DLL load failed")),
+    ("compile", re.compile(r"fatal error|\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp|m|mm|comp)[:(]\d+[^\n]*\berror\b|\berror C\d{4}\b|"
+                           r"nvcc fatal|internal compiler error|FAILED: \S+\.(?:o|obj)\b")),
+)
+STAGE_MARKERS = (
+    ("link", re.compile(r"Linking (?:C|CXX|CUDA|HIP) (?:shared|static|executable|module)")),
+    ("compile", re.compile(r"\*\*\* Building project|Building (?:C|CXX|CUDA|HIP) object|^\s*\[\d+/\d+\] |Run Build Command|"
+                           r"running build_ext")),
+    ("configure", re.compile(r"\*\*\* Configuring CMake|^\s*-- The (?:C|CXX) compiler identification|^\s*cmake -B ")),
+    ("run", re.compile(r"llama_model_load|load_tensors|llama_new_context|ggml_cuda_init|llama_context|print_info:|"
+                       r"^\s*ggml_(?:vulkan|metal_init|cuda_init): |system_info")),
+    ("import", re.compile(r"^\s*(?:>>> )?(?:import|from) \w+|Traceback \(most recent call last\)")),
+)
+
+
+def first_failure(text: str) -> tuple[int, str] | None:
+    """The line number and text of the first line that plainly reports a failure (a tool's own error
+    before pip's or ninja's relay of it), or None when the text does not say anything failed."""
+    text = normalise_paste(text)
+    for pattern in (ROOT_FAILURE, WRAPPER_FAILURE):
+        for match in pattern.finditer(text):
+            line = match.group(0)
+            if HARMLESS_FAILURE.search(line) or PIP_RELAY.search(line):
+                continue
+            return text.count("\n", 0, match.start()) + 1, line.strip()[:400]
+    return None
+
+
+def failed_stage(text: str, line_number: int, default: str = "run") -> str:
+    """configure, compile, link, import or run: where the failure on ``line_number`` happened
+    (``default`` when neither the line nor what precedes it says)."""
+    lines = normalise_paste(text).split("\n")
+    line = lines[line_number - 1] if 0 < line_number <= len(lines) else ""
+    for stage, pattern in STAGE_OF_LINE:
+        if pattern.search(line):
+            return stage
+    for earlier in reversed(lines[:max(line_number - 1, 0)]):
+        for stage, pattern in STAGE_MARKERS:
+            if pattern.search(earlier):
+                return stage
+    return default
+
+
+def unrecognised(text: str, stage: str = "") -> Finding:
     """The fallback for a text that plainly failed and that no entry names: its first error line and the
-    stage, never "nothing is wrong"."""
-    lines = text.split("\n")
-    line_number, evidence = 0, ""
-    for match in ERROR_LINE.finditer(text):
-        if not BENIGN_LINE.search(match.group(0)):
-            line_number = text.count("\n", 0, match.start()) + 1
-            evidence = lines[line_number - 1].strip()[:400]
-            break
-    if not evidence:
-        tail = [line.strip() for line in lines if line.strip()][-1:]
-        evidence = tail[0][:400] if tail else "(no output)"
+    stage, never "nothing is wrong". A build's stage ("build", or none given) is narrowed to configure,
+    compile or link from the text."""
+    found = first_failure(text)
+    if found is None:
+        lines = text.split("\n")
+        found = next(((i + 1, lines[i].strip()[:400]) for i, _ in enumerate(lines)
+                      if ERROR_LINE.fullmatch(lines[i]) and not BENIGN_LINE.search(lines[i])), None)
+    if found is None:
+        tail = [line.strip() for line in text.split("\n") if line.strip()][-1:]
+        line_number, evidence = 0, (tail[0][:400] if tail else "(no output)")
+    else:
+        line_number, evidence = found
+    if stage in ("", "any", "build"):
+        default = "compile" if stage == "build" else "run"
+        stage = failed_stage(text, line_number, default) if line_number else (stage if stage not in ("", "any") else "run")
     return Finding(UNRECOGNISED, f"{stage} failed, and no known failure matches", evidence, line_number,
                    "No entry of the knowledge base matches this text.",
                    f"Read the {stage} log around line {line_number or 'its end'}; once fixed, "

@@ -49,3 +49,23 @@ def test_diagnose_clean_log_and_unreadable_file(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == []
     assert main(["diagnose", str(tmp_path / "missing.log")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_diagnose_names_an_unrecognised_failure_with_its_stage(tmp_path, capsys):
+    log = tmp_path / "link.log"
+    log.write_text("[99/100] Linking CXX shared library bin/libllama.so\n"
+                   "/usr/bin/ld: bin/libllama.so: undefined reference to `llama_frobnicate'\n"
+                   "collect2: error: ld returned 1 exit status\n")
+    assert main(["diagnose", str(log), "--json"]) == ExitCode.FOUND
+    (finding,) = json.loads(capsys.readouterr().out)
+    assert (finding["id"], finding["stage"], finding["line_number"]) == ("unrecognised-failure", "link", 2)
+    assert main(["diagnose", str(log)]) == ExitCode.FOUND
+    assert "[unrecognised-failure] link failed, and no known failure matches (link)" in capsys.readouterr().out
+
+
+def test_diagnose_innocuous_lines_exit_0(tmp_path, capsys):
+    log = tmp_path / "configure.log"
+    log.write_text("-- Looking for pthread_create in pthreads - not found\n"
+                   "ggml.c:12:5: warning: 'ggml_foo' is deprecated [-Wdeprecated-declarations]\n")
+    assert main(["diagnose", str(log)]) == ExitCode.OK
+    assert "no failure found" in capsys.readouterr().out

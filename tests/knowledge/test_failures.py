@@ -97,6 +97,9 @@ HARMLESS_LINES = [
 
 KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
+# Every entry of the YAML, not only the required ones: each is checked for completeness, shells and remedy.
+ALL_IDS = load_knowledge_base().ids
+
 
 def _strip_source(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.startswith("# source:")) + "\n"
@@ -148,7 +151,7 @@ def test_duplicate_id_is_rejected(document):
         parse_knowledge_base(doubled)
 
 
-@pytest.mark.parametrize("failure_id", REQUIRED_IDS)
+@pytest.mark.parametrize("failure_id", ALL_IDS)
 def test_entry_is_complete(knowledge, failure_id):
     entry = knowledge.get(failure_id)
     assert entry.title.strip()
@@ -158,7 +161,7 @@ def test_entry_is_complete(knowledge, failure_id):
     assert 0 < entry.specificity <= 100
 
 
-@pytest.mark.parametrize("failure_id", REQUIRED_IDS)
+@pytest.mark.parametrize("failure_id", ALL_IDS)
 def test_fix_gives_every_shell_where_a_variable_is_set(knowledge, failure_id):
     entry = knowledge.get(failure_id)
     fix = entry.fix
@@ -172,7 +175,7 @@ def test_fix_gives_every_shell_where_a_variable_is_set(knowledge, failure_id):
 # ------------------------------------------------------------------ remedies
 
 
-@pytest.mark.parametrize("failure_id", REQUIRED_IDS)
+@pytest.mark.parametrize("failure_id", ALL_IDS)
 def test_automatic_exactly_when_a_remedy_exists(knowledge, failure_id):
     entry = knowledge.get(failure_id)
     example = next((FAILURES / failure_id).glob("*.txt"))
@@ -194,6 +197,7 @@ EXPECTED_REMEDIES = {
     "libcuda-stub-link": lambda r: r.cmake_args_add == ("-DGGML_CUDA_NO_VMM=ON",),
     "mtmd-not-built": lambda r: r.cmake_args_add == ("-DLLAVA_BUILD=ON",),
     "build-requirements-unreachable": lambda r: r.build_isolation is False,
+    "cuda-vmm-reserve-failed": lambda r: r.cmake_args_add == ("-DGGML_CUDA_NO_VMM=ON",),
 }
 
 
@@ -204,7 +208,7 @@ def test_expected_remedy(knowledge, failure_id):
     assert EXPECTED_REMEDIES[failure_id](remedy)
 
 
-@pytest.mark.parametrize("failure_id", sorted(set(REQUIRED_IDS) - set(EXPECTED_REMEDIES)))
+@pytest.mark.parametrize("failure_id", sorted(set(ALL_IDS) - set(EXPECTED_REMEDIES)))
 def test_no_remedy_where_a_person_must_act(knowledge, failure_id):
     assert knowledge.get(failure_id).remedy is None
 
@@ -220,7 +224,7 @@ def test_deprecated_flag_remedy_removes_only_the_old_flags(knowledge):
 # ------------------------------------------------------------------ the examples
 
 
-@pytest.mark.parametrize("failure_id", REQUIRED_IDS)
+@pytest.mark.parametrize("failure_id", ALL_IDS)
 def test_every_id_has_an_example(failure_id):
     files = [p for p in (FAILURES / failure_id).glob("*.txt") if p.stat().st_size > 0]
     assert files, f"no example text under tests/data/failures/{failure_id}/"
@@ -331,3 +335,27 @@ REFERENCE_RUNS = Path(__file__).resolve().parents[2] / "outputs" / "reference"
 @pytest.mark.parametrize("log", sorted(REFERENCE_RUNS.glob("*/build-attempt-*.log")), ids=lambda p: p.parent.name + "/" + p.name)
 def test_real_cuda_build_logs_from_the_gpu_machine_are_clean(log):
     assert diagnose_text(log.read_text(errors="replace")) == []
+
+
+# ------------------------------------------------------------------ families and the README's count
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_every_entry_has_a_known_family(knowledge):
+    assert all(entry.family for entry in knowledge.entries)
+    assert sum(knowledge.families().values()) == len(knowledge.entries)
+
+
+def test_unknown_family_is_rejected(document):
+    raw = dict(document["failures"][0], family="gpu-magic")
+    with pytest.raises(KnowledgeBaseError, match="gpu-magic"):
+        parse_knowledge_base({"version": 1, "failures": [raw]})
+
+
+def test_readme_counts_match_the_yaml(knowledge):
+    text = README.read_text(encoding="utf-8")
+    families = knowledge.families()
+    assert f"**{len(knowledge.entries)} entries** in **{len(families)} families**" in text
+    for family, count in families.items():
+        assert f"| `{family}` | {count} |" in text
