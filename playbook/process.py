@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 LineCallback = Callable[[str], None]
@@ -33,6 +33,9 @@ class StreamOutcome:
     timed_out: bool = False  # the whole run passed timeout_s
     stalled: bool = False  # no output for silence_timeout_s
     silent_for_s: float = 0.0  # the longest silence seen
+    # The command lines still running in the child's process group when a limit stopped it (POSIX):
+    # ninja names a compile step only when it ends, so these say what hung.
+    still_running: list[str] = field(default_factory=list)
 
     @property
     def stopped(self) -> bool:
@@ -87,6 +90,7 @@ def run_streaming(
         elif silence_timeout_s is not None and now - last_output > silence_timeout_s:
             outcome.stalled = True
         if outcome.stopped:
+            outcome.still_running = group_commands(proc.pid)
             kill_group(proc)
             break
     outcome.returncode = proc.wait()
@@ -117,12 +121,37 @@ def run_captured(
                                            text(expired.stderr) + f"\nkilled after {timeout_s:.0f} s")
 
 
+def session_processes(session_id: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process in a session, in ``ps`` order; [] where ``ps`` cannot say.
+    The session, not the process group: ninja puts each compile command in a group of its own."""
+    if os.name != "posix":
+        return []
+    listed = run_captured(["ps", "-ww", "-eo", "sess=,pid=,args="], timeout_s=30)
+    found = []
+    for line in listed.stdout.splitlines():
+        fields = line.split(None, 2)
+        if len(fields) == 3 and fields[0] == str(session_id) and fields[1].isdigit():
+            found.append((int(fields[1]), fields[2]))
+    return found
+
+
+def group_commands(session_id: int) -> list[str]:
+    return [command for _, command in session_processes(session_id)]
+
+
 def kill_group(proc: subprocess.Popen[str]) -> None:
-    """Kill a child started with ``start_new_session`` and everything it started."""
+    """Kill a child started with ``start_new_session`` and everything it started, also what it put in
+    process groups of their own (ninja's compile commands)."""
     if os.name == "posix":
+        stragglers = [pid for pid, _ in session_processes(proc.pid)]
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        for pid in stragglers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     else:
         proc.kill()

@@ -5,6 +5,7 @@ A failed build is a recorded result (``ok=False``), not an exception: ``repair``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from playbook.files import atomic_copy, sha256_of
+from playbook.locks import RunLock
 from playbook.process import run_captured, run_streaming
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Layout, Step
@@ -26,12 +28,12 @@ from playbook.steps.caches import (
     build_dir,
     cached_wheel,
     ccache_env,
+    ccache_user,
     fingerprint,
     read_ccache_stats,
     remove_stale_libraries,
     stable_tree,
     store_wheel,
-    zero_ccache_stats,
 )
 from playbook.steps.configure import BuildPlan
 from playbook.steps.source import SourceInfo
@@ -133,7 +135,24 @@ def run_build(
 ) -> BuildResult:
     """Build the wheel into the attempt's wheel folder (or reuse the one a build with the same
     fingerprint left in the wheel cache); the full log goes to ``build-attempt-N.log``. A build that
-    prints nothing for ``stall_timeout_s`` is stopped, as is one that outlasts ``timeout_s``."""
+    prints nothing for ``stall_timeout_s`` is stopped, as is one that outlasts ``timeout_s``.
+
+    Builds of one source tree take turns (a lock in the cache): they share its unpacked folder, and
+    llama-cpp-python's build writes into it. A run that waited then finds the other's wheel cached."""
+    with RunLock(source_lock(cache_dir, source), timeout_s=timeout_s):
+        return _build_locked(plan, source, layout, cache_dir, toolchain, python, timeout_s, on_progress, environ,
+                             stall_timeout_s, run_id)
+
+
+def source_lock(cache_dir: Path, source: SourceInfo) -> Path:
+    identity = source.sha256 or hashlib.sha256(str(Path(source.path).resolve()).encode()).hexdigest()
+    return Path(cache_dir) / "locks" / f"source-{identity[:16]}.lock"
+
+
+def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir: Path,
+                  toolchain: dict[str, Any] | None, python: str, timeout_s: float,
+                  on_progress: ProgressCallback | None, environ: dict[str, str] | None,
+                  stall_timeout_s: float | None, run_id: str) -> BuildResult:
     base_env = dict(os.environ if environ is None else environ)
     secrets = secret_values(base_env)
     # One folder per attempt: every attempt builds a wheel of the same file name.
@@ -196,20 +215,26 @@ def run_build(
         write(f"playbook: {' '.join(result.command)}")
         result.extra_packages_installed = install_extra_packages(plan, python, write)
         env = {**base_env, **build_env}
-        if plan.ccache:
-            zero_ccache_stats(plan.ccache, env)
         before = {p.name for p in wheel_dir.glob("*.whl")}
-        outcome = run_streaming(command, on_line, env=env, cwd=layout.root, timeout_s=timeout_s,
-                                silence_timeout_s=stall_timeout_s)
+        with ccache_user(Path(env.get("CCACHE_DIR", cache_dir / "ccache"))) as shared_ccache:
+            counts_before = read_ccache_stats(plan.ccache, env) if plan.ccache else None
+            outcome = run_streaming(command, on_line, env=env, cwd=layout.root, timeout_s=timeout_s,
+                                    silence_timeout_s=stall_timeout_s)
+            if plan.ccache and counts_before is not None:
+                result.ccache = read_ccache_stats(plan.ccache, env).since(counts_before)
+                result.ccache.shared = shared_ccache()
         result.exit_code = outcome.returncode
         result.timed_out, result.stalled = outcome.timed_out, outcome.stalled
         if outcome.timed_out:
             write(f"playbook: build stopped after {timeout_s:.0f} s (build.timeout_s)")
         if outcome.stalled:
             write(f"playbook: build stalled: no output for {stall_timeout_s:.0f} s (build.stall_timeout_s); stopped")
-        if plan.ccache:
-            result.ccache = read_ccache_stats(plan.ccache, env)
-            write(f"playbook: ccache: {result.ccache.hits} hits, {result.ccache.misses} misses")
+        for command_line in outcome.still_running[-8:]:  # the innermost last: the compiler that hung
+            write(f"playbook: still running when stopped: {command_line[:400]}")
+        if result.ccache is not None:
+            write(f"playbook: ccache: {result.ccache.hits} hits, {result.ccache.misses} misses"
+                  + (" (another build shared the cache meanwhile: its compilations are counted too)"
+                     if result.ccache.shared else ""))
         write(f"playbook: pip exited with {result.exit_code} after {time.monotonic() - started:.1f} s")
 
     new_wheels = sorted({p.name for p in wheel_dir.glob("*.whl")} - before)

@@ -21,12 +21,15 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from playbook.files import atomic_copy, sha256_of
-from playbook.locks import RunLock
+from playbook.locks import LockTimeout, RunLock
 from playbook.serialization import read_json, write_json
 from playbook.steps.source import SourceInfo
 
@@ -46,6 +49,12 @@ class CcacheStats:
     hits: int = 0
     misses: int = 0
     uncacheable: int = 0
+    # Another build used the same ccache at the same time: these counts include its compilations.
+    shared: bool = False
+
+    def since(self, earlier: CcacheStats) -> CcacheStats:
+        return CcacheStats(self.hits - earlier.hits, self.misses - earlier.misses,
+                           self.uncacheable - earlier.uncacheable)
 
     @property
     def hit_rate(self) -> float:
@@ -212,13 +221,39 @@ def launcher_args(ccache: str) -> list[str]:
     return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX", "CUDA")] + ["-DGGML_CCACHE=OFF"]
 
 
-def zero_ccache_stats(ccache: str, env: dict[str, str]) -> None:
-    subprocess.run([ccache, "--zero-stats"], env=env, capture_output=True)
-
-
 def read_ccache_stats(ccache: str, env: dict[str, str]) -> CcacheStats:
-    out = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True).stdout
+    """The cache's counters since it was created; a build's own are the difference over the build
+    (never zeroed, so that a build running beside it keeps its counts)."""
+    out = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True, timeout=60).stdout
     return parse_ccache_stats(out)
+
+
+@contextmanager
+def ccache_user(ccache_dir: Path) -> Iterator[Callable[[], bool]]:
+    """Hold a lock file in ``ccache_dir/users`` while a build runs; the callable says whether another
+    build held one at any time since (its compilations are then in this build's counts)."""
+    users = Path(ccache_dir) / "users"
+    with RunLock(users / f"{uuid.uuid4().hex}.lock"):
+        seen = _other_users(users)
+
+        def shared() -> bool:
+            return seen or _other_users(users)
+
+        yield shared
+
+
+def _other_users(users: Path) -> bool:
+    """Whether another build holds its lock now; the files of builds that ended are removed."""
+    busy = False
+    for path in users.glob("*.lock"):
+        try:
+            with RunLock(path):
+                pass
+        except LockTimeout:
+            busy = True
+            continue
+        path.unlink(missing_ok=True)
+    return busy
 
 
 def parse_ccache_stats(text: str) -> CcacheStats:
