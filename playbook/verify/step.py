@@ -145,10 +145,19 @@ def run_verify(
     for name, value in extra_env.items():
         log(f"children get {name}={value}")
     probe = run_child(["probe"], site_dir, logs / "probe.log", timeout, python, extra_env=extra_env)
-    model_path = prepare_model(params.model, source_path, cache_dir)
+    model_error = ""
+    try:
+        model_path = prepare_model(params.model, source_path, cache_dir)
+    except OSError as error:  # the synthetic model's write: a full disk must not end verify unrecorded
+        model_path, model_error = cache_dir / "models", f"writing the model: {error}"
     result = VerifyResult(False, wheel.name, str(site_dir), probe, str(model_path), {}, threads, [],
                           runtime_env=dict(runtime_env or {}), dll_directories=list(dll_directories or []),
                           extras=extras)
+    if model_error:
+        result.findings = _unique(findings + [finding_for("disk-full", model_error, stage="load")
+                                              if _is_full_disk(model_error) else unrecognised(model_error, "load")])
+        result.summary = model_error
+        return result
     if installed.returncode != 0:
         findings.append(finding_for("install-failed", "\n".join((installed.stdout + installed.stderr).strip()
                                                                 .splitlines()[-15:]), stage="install"))
@@ -173,8 +182,16 @@ def run_verify(
     if expect_gpu and not gpu_offload:
         findings.append(finding_for("cpu-only-build", "llama_supports_gpu_offload() returned False", stage="import"))
 
-    result.model = describe_gguf(model_path)
-    n_layer = int(result.model["n_layer"])
+    try:
+        result.model = describe_gguf(model_path)
+    except Exception as error:  # gguf's reader names the damage: truncated, not GGUF, bad header
+        evidence = f"gguf_init_from_file: failed to read {model_path}: {type(error).__name__}: {error}"
+        result.findings = _unique(findings + [finding_for("model-unreadable", evidence, stage="load")])
+        result.summary = f"the model {model_path.name} cannot be read ({type(error).__name__}: {error})"
+        return result
+    # An architecture the reader does not know has no block count: measure on the CPU only, and let
+    # llama.cpp's own loader say what it thinks of the file.
+    n_layer = int(result.model["n_layer"]) if result.model.get("n_layer") is not None else 0
     result.layer_counts = layer_counts(n_layer, params.verify.n_gpu_layers, gpu_offload, params.verify.sweep_points)
     if gpu_offload:
         result.agreement = _check_agreement(
@@ -377,6 +394,10 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         remember_repairs(run, facts, plan)
     run.finish_step(Step.VERIFY, build.attempt, verify_outcome(result), result.summary, [f.id for f in result.findings])
     return result
+
+
+def _is_full_disk(text: str) -> bool:
+    return any(words in text for words in ("No space left on device", "File too large", "Disk quota exceeded"))
 
 
 def remember_repairs(run: RunFolder, facts: Any, plan: Any) -> None:

@@ -1,7 +1,7 @@
-import pytest
-
 import csv
 from pathlib import Path
+
+import pytest
 
 from playbook.verify.sweep import SweepPoint, layer_counts, plot_scale, plot_throughput, write_sweep_csv
 
