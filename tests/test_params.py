@@ -34,7 +34,7 @@ def test_overrides_are_typed():
     [
         ("model.shap=1b", "unknown parameter 'model.shap'; accepted keys here: path, quant, seed, shape"),
         ("bakend=cpu", "unknown parameter 'bakend'"),
-        ("backend=rocm", "parameter backend = 'rocm'; accepted values: auto, cuda, metal, cpu"),
+        ("backend=rocm", "parameter backend = 'rocm'; accepted values: auto, cuda, hip, metal, vulkan, cpu"),
         ("verify.repetitions=three", "parameter verify.repetitions must be an integer"),
         ("build.jobs=many", "parameter build.jobs = 'many' is not accepted"),
         ("model.quant=Q5_K", "accepted values: F32, F16, Q8_0, Q4_0"),

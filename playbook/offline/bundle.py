@@ -77,7 +77,7 @@ HEADLESS_REQUIREMENTS: tuple[str, ...] = (
 # Paths (fnmatch globs, relative to the source root, '/'-separated) left out of the trimmed
 # source; a glob that matches a folder removes everything under it. None of them is read by
 # CMake when configuring or building the binding (with tools/mtmd) or llama.cpp's tools
-# (llama-bench) with the CPU and CUDA backends.
+# (llama-bench) with the CPU, CUDA and Vulkan backends.
 SOURCE_REMOVE: tuple[str, ...] = (
     ".git",  # the sdist carries the repository and the llama.cpp submodule's history (38 MB)
     ".github",
@@ -99,7 +99,7 @@ SOURCE_REMOVE: tuple[str, ...] = (
     "vendor/llama.cpp/tools/mtmd/test-*",  # test media (jpeg, mp3, mp4); mtmd's CMake lists none
     "vendor/llama.cpp/tools/ui/src",  # web UI sources, built only with LLAMA_BUILD_UI=ON (npm)
     "vendor/llama.cpp/tools/ui/tests",
-    # ggml backends other than CPU, CUDA (and HIP/MUSA, which compile ggml-cuda), BLAS and RPC:
+    # ggml backends other than CPU, CUDA (and HIP/MUSA, which compile ggml-cuda), Vulkan, BLAS and RPC:
     # ggml_add_backend() adds a backend's folder only when GGML_<NAME> is ON.
     "vendor/llama.cpp/ggml/src/ggml-cann",
     "vendor/llama.cpp/ggml/src/ggml-et",
@@ -109,7 +109,6 @@ SOURCE_REMOVE: tuple[str, ...] = (
     "vendor/llama.cpp/ggml/src/ggml-openvino",
     "vendor/llama.cpp/ggml/src/ggml-sycl",
     "vendor/llama.cpp/ggml/src/ggml-virtgpu",
-    "vendor/llama.cpp/ggml/src/ggml-vulkan",
     "vendor/llama.cpp/ggml/src/ggml-webgpu",
     "vendor/llama.cpp/ggml/src/ggml-zdnn",
     "vendor/llama.cpp/ggml/src/ggml-zendnn",
