@@ -207,7 +207,8 @@ class Vulkan:
     glslc: Tool = field(default_factory=lambda: Tool("glslc", found=False))
     headers: list[VulkanHeaders] = field(default_factory=list)  # every vulkan_core.h found, chosen one first
     spirv_headers: str = ""  # SPIRV-HeadersConfig.cmake, which llama.cpp's find_package needs
-    error: str = ""  # why the device list is empty, when vulkaninfo said so
+    error: str = ""  # why the device list is empty, when the loader said so
+    source: str = ""  # "vulkaninfo --summary" or "Vulkan API" (the loader asked directly, without vulkan-tools)
 
     @property
     def gpus(self) -> list[VulkanDevice]:
@@ -458,7 +459,7 @@ def detect(
         libcuda_paths=detect_libcuda_paths(runner),
         stub_on_ld_library_path=stub_dirs(environ.get("LD_LIBRARY_PATH", ""), os.pathsep),
         temp_dir=environ.get("TEMP", environ.get("TMP", environ.get("TMPDIR", ""))),
-        vulkan=detect_vulkan(environ, search_path, runner, vulkan_include_dir),
+        vulkan=detect_vulkan(environ, search_path, runner, vulkan_include_dir, python),
         rocm=detect_rocm(environ, search_path, runner),
     )
     if facts.os.system == "Darwin":
@@ -518,16 +519,19 @@ def describe_visual_studio(vs: VisualStudio) -> None:
 
 
 def detect_vulkan(environ: Mapping[str, str], search_path: str, runner: CommandRunner,
-                  include_dir: str = "") -> Vulkan:
-    vulkan = Vulkan(loader=vulkan_loader_paths(runner))
+                  include_dir: str = "", python: str = sys.executable) -> Vulkan:
+    sdk = environ.get("VULKAN_SDK", "")
+    vulkan = Vulkan(loader=vulkan_loader_paths(runner, environ))
     if path := shutil.which("vulkaninfo", path=search_path):
         out = runner([path, "--summary"], 60)
         vulkan.instance_version, vulkan.devices = parse_vulkaninfo_summary(out.stdout)
         vulkan.vulkaninfo = Tool("vulkaninfo", out.returncode == 0, path, vulkan.instance_version,
                                  f"Vulkan Instance Version: {vulkan.instance_version}" if vulkan.instance_version else "")
+        vulkan.source = "vulkaninfo --summary"
         if not vulkan.devices:
             vulkan.error = out.stdout.strip()[-500:] or f"vulkaninfo exited with {out.returncode}"
-    sdk = environ.get("VULKAN_SDK", "")
+    if not vulkan.devices and (vulkan.loader or not vulkan.vulkaninfo.found):
+        ask_api(vulkan, runner, python)
     glslc_path = search_path if not sdk else os.pathsep.join([str(Path(sdk) / "bin"), search_path])
     vulkan.glslc = detect_tool("glslc", ["--version"], glslc_path, runner)
     vulkan.headers = vulkan_headers(include_dir, sdk)
@@ -535,18 +539,41 @@ def detect_vulkan(environ: Mapping[str, str], search_path: str, runner: CommandR
     return vulkan
 
 
-def vulkan_loader_paths(runner: CommandRunner) -> list[str]:
+def ask_api(vulkan: Vulkan, runner: CommandRunner, python: str) -> None:
+    """The loader's own answer through the Vulkan API (child_scripts/vulkan_devices.py), where vulkaninfo is absent."""
+    script = Path(__file__).resolve().parent.parent / "child_scripts" / "vulkan_devices.py"
+    out = runner([python, str(script)], 60)
+    try:
+        answer = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        vulkan.error = vulkan.error or out.stdout.strip()[-500:]
+        return
+    devices = [VulkanDevice(i, d["name"], d["type"], d["driver_name"], d["driver_info"], d["api_version"], d["vendor_id"])
+               for i, d in enumerate(answer.get("devices", []))]
+    if devices or not vulkan.source:
+        vulkan.devices, vulkan.source = devices, "Vulkan API"
+        vulkan.instance_version = answer.get("instance_version", vulkan.instance_version)
+    if not devices:
+        vulkan.error = answer.get("error") or vulkan.error or "the Vulkan loader lists no physical device"
+
+
+def vulkan_loader_paths(runner: CommandRunner, environ: Mapping[str, str] | None = None) -> list[str]:
     system = platform.system()
+    environ = environ or {}
     if system == "Windows":
         dll = Path(os.environ.get("SystemRoot", r"C:\Windows")) / "System32" / "vulkan-1.dll"
         return [str(dll)] if dll.is_file() else []
     if system == "Darwin":
         return [p for p in ("/usr/local/lib/libvulkan.1.dylib", "/opt/homebrew/lib/libvulkan.1.dylib") if Path(p).is_file()]
     ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if Path("/sbin/ldconfig").is_file() else "")
-    if not ldconfig:
-        return []
-    out = runner([ldconfig, "-p"], 20)
-    return parse_ldconfig(out.stdout, "libvulkan.so.1") if out.returncode == 0 else []
+    folders = [f for f in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if f]
+    if environ.get("VULKAN_SDK"):
+        folders.append(str(Path(environ["VULKAN_SDK"]) / "lib"))
+    found = [str(Path(f) / "libvulkan.so.1") for f in folders if (Path(f) / "libvulkan.so.1").is_file()]
+    if ldconfig:
+        out = runner([ldconfig, "-p"], 20)
+        found += parse_ldconfig(out.stdout, "libvulkan.so.1") if out.returncode == 0 else []
+    return list(dict.fromkeys(found))
 
 
 def vulkan_headers(include_dir: str, sdk: str) -> list[VulkanHeaders]:

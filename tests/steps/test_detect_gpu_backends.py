@@ -60,11 +60,41 @@ def test_vulkan_headers_the_parameter_first_then_the_newest(tmp_path):
     assert [h.found_by for h in found[:2]] == ["vulkan.include_dir", "VULKAN_SDK"] and found[0].version == "1.3.280"
 
 
-def test_detect_vulkan_without_vulkaninfo_records_why(tmp_path):
+def test_detect_vulkan_without_vulkaninfo_asks_the_api(tmp_path):
+    answer = ('{"instance_version": "1.4.309", "devices": [{"name": "NVIDIA H200", "type": "discrete", '
+              '"api_version": "1.4.312", "driver_version": 1, "vendor_id": "0x10de", "driver_name": "NVIDIA", '
+              '"driver_info": "580.159.04"}]}')
+    calls = []
+
     def runner(args: list[str], timeout: float) -> CommandOutput:
-        return CommandOutput(0, "")
+        calls.append(args)
+        return CommandOutput(0, answer if args[-1].endswith("vulkan_devices.py") else "")
+
     vulkan = detect_vulkan({"PATH": str(tmp_path)}, str(tmp_path), runner)
-    assert vulkan.devices == [] and not vulkan.vulkaninfo.found and not vulkan.glslc.found
+    assert not vulkan.vulkaninfo.found and vulkan.source == "Vulkan API" and vulkan.instance_version == "1.4.309"
+    assert [(d.name, d.device_type, d.driver_name, d.driver_info) for d in vulkan.devices] == [
+        ("NVIDIA H200", "discrete", "NVIDIA", "580.159.04")]
+    vulkan = detect_vulkan({"PATH": str(tmp_path)}, str(tmp_path),
+                           lambda args, timeout: CommandOutput(0, '{"error": "no Vulkan loader: libvulkan.so.1"}'))
+    assert vulkan.devices == [] and vulkan.error == "no Vulkan loader: libvulkan.so.1"
+
+
+def test_the_api_probe_agrees_with_vulkaninfo_here():
+    import shutil
+    import subprocess
+    import sys
+
+    from playbook.steps.detect import run_command
+    if not shutil.which("vulkaninfo"):
+        import pytest
+        pytest.skip("no vulkaninfo here (vulkan-tools)")
+    script = Path(__file__).parents[2] / "playbook" / "child_scripts" / "vulkan_devices.py"
+    api = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60).stdout
+    via_api = detect_vulkan({"PATH": ""}, "", lambda args, timeout: CommandOutput(0, api))
+    via_tool = detect_vulkan({}, str(Path(shutil.which("vulkaninfo")).parent), run_command)
+    assert [(d.name, d.device_type, d.driver_name) for d in via_api.devices] == [
+        (d.name, d.device_type, d.driver_name) for d in via_tool.devices]
+    assert via_api.instance_version == via_tool.instance_version
 
 
 def test_rocminfo_gpu_agents_only():
