@@ -33,14 +33,29 @@ def vulkan_missing() -> list[str]:
     return (["a Vulkan device (vulkaninfo --summary lists none)"] if not vulkan.devices else []) + vulkan_plan.missing(vulkan)
 
 
+def require_vulkan(missing: list[str]) -> None:
+    if not missing:
+        return
+    message = (f"Vulkan is not usable here: missing {', '.join(missing)} (Debian: apt install mesa-vulkan-drivers "
+               "libvulkan-dev glslc vulkan-tools spirv-headers; newer headers: scripts/vulkan-headers.sh)")
+    if os.environ.get("PLAYBOOK_REQUIRE_VULKAN") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def test_missing_vulkan_fails_where_it_is_required(monkeypatch):
+    monkeypatch.setenv("PLAYBOOK_REQUIRE_VULKAN", "1")
+    with pytest.raises(pytest.fail.Exception, match="missing glslc"):
+        require_vulkan(["glslc"])
+    monkeypatch.delenv("PLAYBOOK_REQUIRE_VULKAN")
+    with pytest.raises(pytest.skip.Exception):
+        require_vulkan(["glslc"])
+    require_vulkan([])
+
+
 @pytest.mark.slow
 def test_vulkan_chain_offloads_agrees_and_sweeps(tmp_path):
-    if missing := vulkan_missing():
-        message = (f"Vulkan is not usable here: missing {', '.join(missing)} (Debian: apt install mesa-vulkan-drivers "
-                   "libvulkan-dev glslc vulkan-tools spirv-headers; newer headers: scripts/vulkan-headers.sh)")
-        if os.environ.get("PLAYBOOK_REQUIRE_VULKAN") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_vulkan(vulkan_missing())
     cache = Path(os.environ.get("PLAYBOOK_TEST_CACHE", tmp_path / "cache"))
     params = load_params(params_dir() / "vulkan.yaml", [
         "verify.repetitions=1", "verify.prompt_tokens=32", "verify.gen_tokens=16", "verify.sweep_points=3",
