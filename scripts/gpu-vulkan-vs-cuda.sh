@@ -13,14 +13,19 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 work="${GPU_VULKAN_WORK:-/tmp/gpu-vulkan-vs-cuda}"
 python="${PYTHON:-python3}"
+results="$work/results"
+if [ "$PWD" != "$work/repo" ]; then
+  # Run from a copy: the checkout may be replaced while this runs (a later command syncing the working tree).
+  rm -rf "$work" && mkdir -p "$work/repo" "$results"
+  tar --exclude=./.git -cf - . | tar -C "$work/repo" -xf -
+  exec "$work/repo/scripts/gpu-vulkan-vs-cuda.sh" "$@"
+fi
 bundle="$PWD/.carry/bundle"
 debs="$PWD/.carry/vulkan"
-results="$work/results"
-rm -rf "$results" "$work/DONE" "$work/runs" "$work/compare"
-mkdir -p "$results"
 trap 'touch "$work/DONE"' EXIT
 exec > >(tee -a "$results/script.log") 2>&1
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+log "in $PWD: $(nproc) cores, $("$python" --version 2>&1), $(cmake --version 2>/dev/null | head -1)"
 
 # 1. A Vulkan SDK from the Debian packages, unpacked into the work folder (never into /).
 root="$work/vulkan-root"

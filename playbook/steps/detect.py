@@ -614,17 +614,18 @@ def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRun
     root = next((Path(r) for r in roots if (Path(r) / "bin" / "hipconfig").is_file()
                  or (Path(r) / "bin" / "hipconfig.exe").is_file()), None)
     bins = os.pathsep.join([str(root / "bin"), search_path]) if root else search_path
+    rocminfo = shutil.which("rocminfo", path=bins) or ""
     rocm = Rocm(hipconfig=detect_tool("hipconfig", ["--version"], bins, runner),
-                rocminfo=detect_tool("rocminfo", ["--help"], bins, runner))
+                rocminfo=Tool("rocminfo", bool(rocminfo), rocminfo))
     if not rocm.hipconfig.found and root is None:
         return rocm
     rocm.found = True
     rocm.root = str(root) if root else str(Path(rocm.hipconfig.path).parent.parent)
-    if rocm.hipconfig.path:
-        rocm.version = parse_hipconfig_version(runner([rocm.hipconfig.path, "--version"], 30).stdout)
-    info = Path(rocm.root) / ".info" / "version"
+    info = Path(rocm.root) / ".info" / "version"  # "6.4.1-120": the release with its patch, which hipconfig lacks
     if info.is_file():
-        rocm.version = rocm.version or parse_first_version(info.read_text())
+        rocm.version = parse_first_version(info.read_text())
+    if not rocm.version and rocm.hipconfig.path:
+        rocm.version = parse_hipconfig_version(runner([rocm.hipconfig.path, "--version"], 30).stdout)
     clang = Path(rocm.root) / "llvm" / "bin" / "clang"
     rocm.hip_clang = str(clang) if clang.is_file() else ""
     if rocm.rocminfo.path:
