@@ -254,8 +254,9 @@ def _compare(args: argparse.Namespace) -> int:
 
     run_dirs = expand_run_dirs(args.run_dirs)
     output = args.output or default_output_root() / "compare"
-    overlay = write_overlay(run_dirs, output) if args.overlay else []
-    for path in [*run_compare_notebook(run_dirs, output), *overlay]:
+    for path in run_compare_notebook(run_dirs, output):
+        print(f"wrote {path}")
+    for path in write_overlay(run_dirs, output) if args.overlay else []:
         print(f"wrote {path}")
     return 0
 

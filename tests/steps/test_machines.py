@@ -176,6 +176,7 @@ def test_m3_with_command_line_tools_only_embeds_the_metal_library():
     assert plan.warning_codes() == ["metal-compiler-missing"] and plan.blockers == []
     assert 'unable to find utility "metal"' in decisions(plan)["Metal library:embedded (-DGGML_METAL_EMBED_LIBRARY=on)"]
     assert decisions(plan)["Apple GPU:Apple M3"]
+    assert "hip-not-on-macos" in configure(machine("m3-mac-metal"), load_params(None, ["backend=hip"])).warning_codes()
 
 
 def test_debian12_lavapipe_needs_newer_headers_then_sees_its_cpu_device():

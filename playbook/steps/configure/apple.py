@@ -20,6 +20,9 @@ def choose_backend(planner: Planner) -> Backend:
     if wanted is Backend.CUDA:
         planner.warn("cuda-not-on-macos", "backend cuda asked for on macOS: NVIDIA CUDA does not exist there; "
                      "use backend metal")
+    if wanted is Backend.HIP:
+        planner.warn("hip-not-on-macos", "backend hip asked for on macOS: ROCm/HIP does not exist there; "
+                     "use backend metal")
     if wanted in (Backend.AUTO, Backend.METAL) and facts.os.apple_silicon and not facts.os.rosetta:
         planner.decide("backend", "metal", f"Apple silicon ({facts.os.machine}): Metal (-DGGML_METAL=on)")
         return Backend.METAL
