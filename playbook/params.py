@@ -32,7 +32,9 @@ class Backend(str, Enum):
 
     AUTO = "auto"
     CUDA = "cuda"
+    HIP = "hip"
     METAL = "metal"
+    VULKAN = "vulkan"
     CPU = "cpu"
     PREBUILT = "prebuilt"
 
@@ -41,7 +43,7 @@ class Backend(str, Enum):
 
 
 PARAMETER_BACKENDS = tuple(b for b in Backend if b is not Backend.PREBUILT)
-PARAMETER_GROUPS = ("backend", "source", "cuda", "build", "model", "verify")
+PARAMETER_GROUPS = ("backend", "source", "cuda", "hip", "vulkan", "build", "model", "verify")
 SourceKind = Literal["sdist", "path"]
 ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
@@ -71,6 +73,18 @@ class CudaParams:
     architectures: str = "native"
     # "auto" picks a toolkit from detection; otherwise the toolkit's root folder.
     toolkit: str = "auto"
+
+
+@dataclass
+class HipParams:
+    # "native": the detected GPUs' gfx targets; otherwise a list such as "gfx1100;gfx1030".
+    targets: str = "native"
+
+
+@dataclass
+class VulkanParams:
+    # The folder holding vulkan/vulkan_core.h; empty: the newest of $VULKAN_SDK/include and the system's.
+    include_dir: str = ""
 
 
 @dataclass
@@ -138,6 +152,8 @@ class Params:
     backend: Backend = Backend.AUTO
     source: SourceParams = field(default_factory=SourceParams)
     cuda: CudaParams = field(default_factory=CudaParams)
+    hip: HipParams = field(default_factory=HipParams)
+    vulkan: VulkanParams = field(default_factory=VulkanParams)
     build: BuildParams = field(default_factory=BuildParams)
     model: ModelParams = field(default_factory=ModelParams)
     verify: VerifyParams = field(default_factory=VerifyParams)
@@ -242,6 +258,10 @@ def check_params(params: Params) -> None:
             f"build.prebuilt_lib {params.build.prebuilt_lib!r} does not exist; give libllama.so / llama.dll "
             "or the folder holding it"
         )
+    include_dir = params.vulkan.include_dir
+    if include_dir and not (Path(include_dir).expanduser() / "vulkan" / "vulkan_core.h").is_file():
+        raise ParameterError(f"vulkan.include_dir {include_dir!r} holds no vulkan/vulkan_core.h; give the folder "
+                             "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
     if any(n < 0 for n in params.verify.n_gpu_layers):
         raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
 

@@ -16,6 +16,7 @@ import yaml
 from playbook.knowledge.compatibility import gpu_model
 from playbook.serialization import from_dict
 from playbook.steps.detect import (
+    Apple,
     Cpu,
     CudaToolkit,
     Facts,
@@ -25,10 +26,17 @@ from playbook.steps.detect import (
     NvidiaDriver,
     OperatingSystem,
     PythonInfo,
+    Rocm,
     Tool,
     VisualStudio,
+    Vulkan,
+    VulkanHeaders,
     parse_compiler_version,
+    parse_first_version,
+    parse_hipconfig_version,
     parse_ldconfig,
+    parse_rocminfo,
+    parse_vulkaninfo_summary,
     parse_nvcc_version,
     parse_nvidia_smi_csv,
     parse_vswhere_json,
@@ -76,7 +84,36 @@ def facts_from_spec(spec: dict[str, Any]) -> Facts:
         facts.visual_studio = parse_vswhere_json((DETECT / spec["vswhere"]).read_text())
         for studio in facts.visual_studio:
             _describe(studio, spec.get("visual_studio", {}).get(studio.path, {}))
+    if "vulkan" in spec:
+        facts.vulkan = _vulkan(spec["vulkan"])
+    if "rocm" in spec:
+        facts.rocm = _rocm(spec["rocm"])
+    if "apple" in spec:
+        facts.apple = Apple(**spec["apple"])
     return facts
+
+
+def _vulkan(spec: dict[str, Any]) -> Vulkan:
+    """What detect_vulkan reads: vulkaninfo --summary and glslc --version as recorded, the files it looks for."""
+    vulkan = Vulkan(loader=list(spec.get("loader", [])), spirv_headers=spec.get("spirv_headers", ""))
+    if "vulkaninfo" in spec:
+        vulkan.instance_version, vulkan.devices = parse_vulkaninfo_summary((DETECT / spec["vulkaninfo"]).read_text())
+        vulkan.vulkaninfo = Tool("vulkaninfo", True, "/usr/bin/vulkaninfo", vulkan.instance_version)
+    if "glslc" in spec:
+        banner = (DETECT / spec["glslc"]).read_text()
+        vulkan.glslc = Tool("glslc", True, "/usr/bin/glslc", parse_first_version(banner), banner.splitlines()[0])
+    vulkan.headers = [VulkanHeaders(h["include_dir"], str(h["version"]), h.get("found_by", "system"))
+                      for h in spec.get("headers", [])]
+    return vulkan
+
+
+def _rocm(spec: dict[str, Any]) -> Rocm:
+    root = spec["root"]
+    return Rocm(True, root, parse_hipconfig_version((DETECT / spec["hipconfig"]).read_text()),
+                Tool("hipconfig", True, f"{root}/bin/hipconfig"), Tool("rocminfo", True, f"{root}/bin/rocminfo"),
+                f"{root}/llvm/bin/clang" if spec.get("hip_clang", True) else "",
+                parse_rocminfo((DETECT / spec["rocminfo"]).read_text()),
+                spec.get("hipblas", True), spec.get("rocblas", True))
 
 
 def _gpus(spec: dict[str, Any]) -> tuple[NvidiaDriver, list[Gpu]]:

@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("--output", type=Path, default=None,
                          help="folder for compare.csv, compare.png and the executed compare.ipynb "
                               "(default: compare/ in the outputs folder)")
+    compare.add_argument("--overlay", action="store_true",
+                         help="also overlay.png/.svg/.csv: the runs' sweeps in one figure (tokens/s by offloaded "
+                              "layers, pp and tg, with the bandwidth limit), e.g. a CUDA and a Vulkan build on one GPU")
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
@@ -247,11 +250,14 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from playbook.interfaces.fleet import expand_run_dirs, run_compare_notebook
+    from playbook.interfaces.fleet import expand_run_dirs, run_compare_notebook, write_overlay
     from playbook.resources import default_output_root
 
     run_dirs = expand_run_dirs(args.run_dirs)
-    for path in run_compare_notebook(run_dirs, args.output or default_output_root() / "compare"):
+    output = args.output or default_output_root() / "compare"
+    for path in run_compare_notebook(run_dirs, output):
+        print(f"wrote {path}")
+    for path in write_overlay(run_dirs, output) if args.overlay else []:
         print(f"wrote {path}")
     return 0
 

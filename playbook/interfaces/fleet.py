@@ -24,6 +24,7 @@ from playbook.serialization import read_json
 
 NOTEBOOK = resources.notebook("compare")
 CSV_FILE, PLOT_FILE, EXECUTED = "compare.csv", "compare.png", "compare.ipynb"
+OVERLAY_STEM = "overlay"  # overlay.csv, overlay.png, overlay.svg
 
 
 @dataclass
@@ -176,6 +177,110 @@ def run_compare_notebook(run_dirs: list[Path], output_dir: Path) -> list[Path]:
         kernel_name="python3", cwd=str(output_dir), progress_bar=False,
     )
     return [executed, output_dir / CSV_FILE, output_dir / PLOT_FILE]
+
+
+@dataclass
+class OverlaySeries:
+    """One run's sweep in an overlay: its verified points, and what tells it apart from the others."""
+
+    run_id: str
+    backend: str
+    gpu: str
+    model: str
+    model_bytes: int
+    tg_limit: float | None  # the memory-bandwidth limit verify computed for this model on this GPU
+    points: list  # SweepPoint, status ok only
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} · {self.gpu}" if self.gpu else self.backend
+
+
+def overlay_series(run_dir: Path) -> OverlaySeries:
+    """The sweep of a run's last verified attempt (else its last verify), with its backend and GPU."""
+    from playbook.steps.configure import BuildPlan
+    from playbook.steps.detect import Facts
+    from playbook.verify.step import VerifyResult
+
+    run = RunFolder(Path(run_dir))
+    layout = run.layout
+    attempts = layout.attempts("verify")
+    if not attempts:
+        raise PlaybookError(f"{run_dir} has no verify result to overlay")
+    verifies = {n: read_json(VerifyResult, layout.verify_result(n)) for n in attempts}
+    attempt = max((n for n, v in verifies.items() if v.ok), default=attempts[-1])
+    verify = verifies[attempt]
+    plan = read_json(BuildPlan, layout.plan(attempt)) if layout.plan(attempt).is_file() else None
+    facts = read_json(Facts, layout.detect_facts) if layout.detect_facts.is_file() else None
+    from playbook.verify.sweep import gpu_bandwidth_gb_per_s
+
+    best = facts.best_gpu if facts else None
+    gpu = best.name if best else ""
+    if facts and not gpu and facts.vulkan.devices:
+        gpu = facts.vulkan.devices[0].name
+    model_bytes = int(verify.model.get("file_size_bytes", 0))
+    limit = verify.tg_limit_tokens_per_s
+    if limit is None and best and model_bytes:  # runs verified before the limit was recorded
+        bandwidth = gpu_bandwidth_gb_per_s(best.memory_bus_width_bits, best.memory_clock_max_mhz)
+        limit = bandwidth * 1e9 / model_bytes if bandwidth else None
+    return OverlaySeries(run.run_id, str(plan.backend) if plan else "", gpu, str(verify.model.get("name", "")),
+                         model_bytes, limit, [p for p in verify.points if p.status == "ok"])
+
+
+def write_overlay(run_dirs: list[Path], output_dir: str | Path) -> list[Path]:
+    """One figure of several runs of the same model (e.g. one GPU, CUDA and Vulkan builds of one source):
+    tokens/s by offloaded layers, prompt processing and generation side by side, one line per run, and the
+    memory-bandwidth limit of token generation. Also overlay.csv, one row per run and layer count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    series = [overlay_series(Path(d)) for d in run_dirs]
+    models = {(s.model, s.model_bytes) for s in series}
+    if len(models) > 1:
+        raise PlaybookError("an overlay compares runs of one model; these ran "
+                            + ", ".join(f"{s.run_id}: {s.model or '?'}" for s in series))
+    labels = [s.label for s in series]
+    if len(set(labels)) < len(labels):  # the same backend twice: tell the runs apart
+        labels = [f"{label} ({s.run_id})" for label, s in zip(labels, series)]
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    rows = ["run_id,backend,gpu,n_gpu_layers,offloaded_layers,pp_tokens_per_s,tg_tokens_per_s,tg_limit_tokens_per_s"]
+    for s in series:
+        rows += [f"{s.run_id},{s.backend},\"{s.gpu}\",{p.n_gpu_layers},{p.offloaded_layers if p.offloaded_layers is not None else ''},"
+                 f"{p.pp_tokens_per_s:.2f},{p.tg_tokens_per_s:.2f},{f'{s.tg_limit:.1f}' if s.tg_limit else ''}"
+                 for p in s.points]
+    csv = output_dir / f"{OVERLAY_STEM}.csv"
+    csv.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    markers = "osD^v<>"
+    for ax, attr, title in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
+        for index, (s, label) in enumerate(zip(series, labels)):
+            xs = [p.n_gpu_layers for p in s.points]
+            ys = [getattr(p, f"{attr}_tokens_per_s") for p in s.points]
+            errs = [getattr(p, f"{attr}_stdev") or 0 for p in s.points]
+            ax.errorbar(xs, ys, yerr=errs, marker=markers[index % len(markers)], capsize=3, label=label)
+        if attr == "tg":
+            for limit in sorted({round(s.tg_limit) for s in series if s.tg_limit}):
+                ax.axhline(limit, color="gray", linestyle=":", label=f"memory-bandwidth limit ({limit:.0f} t/s)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("layers offloaded to the GPU (n_gpu_layers)")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    model = series[0].model or "model"
+    fig.suptitle(f"{model} ({series[0].model_bytes / 1e9:.2f} GB): " + " vs ".join(dict.fromkeys(s.backend for s in series)))
+    fig.tight_layout()
+    paths = [output_dir / f"{OVERLAY_STEM}.png", output_dir / f"{OVERLAY_STEM}.svg"]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [csv, *paths]
 
 
 def _round(value: float | None) -> float | None:

@@ -112,7 +112,7 @@ def planned_layer_counts(params: Params, plan: BuildPlan) -> list[int]:
     if params.verify.n_gpu_layers or params.model.path:
         return list(params.verify.n_gpu_layers)
     n_layer = ModelSpec(params.model.shape, params.model.quant).model_shape.n_layer
-    return layer_counts(n_layer, [], plan.backend == "cuda", params.verify.sweep_points)
+    return layer_counts(n_layer, [], plan.backend not in ("cpu", "prebuilt"), params.verify.sweep_points)
 
 
 def apply_choices(run: RunFolder, changes: dict[str, Any]) -> Params:

@@ -160,3 +160,47 @@ def minimum_driver(cuda_version: str, system: str = "linux") -> str:
         if row["cuda_major"] == major:
             return str(row["windows" if system.lower() == "windows" else "linux"])
     return ""
+
+
+@dataclass(frozen=True)
+class GfxTarget:
+    gfx: str
+    products: str
+    supported: bool
+    min_rocm: str
+    max_rocm: str  # the first release that dropped it (exclusive); "" while still listed
+    override: str  # HSA_OVERRIDE_GFX_VERSION that makes a listed target's code run on it
+    source: str
+
+
+def gfx_targets() -> dict[str, GfxTarget]:
+    return {str(row["gfx"]): GfxTarget(str(row["gfx"]), row["products"], bool(row["supported"]), str(row["min_rocm"]),
+                                       str(row["max_rocm"]), str(row.get("override", "")), row["source"])
+            for row in knowledge("rocm")["targets"]}
+
+
+def rocm_supports_gfx(rocm_version: str, gfx: str) -> tuple[bool | None, str]:
+    """(whether ROCm ``rocm_version`` lists ``gfx``, why); None when the table does not know the target."""
+    row = gfx_targets().get(gfx)
+    if row is None:
+        return None, f"{gfx} is not in playbook/knowledge/rocm.yaml"
+    if not row.supported:
+        hint = f"; set HSA_OVERRIDE_GFX_VERSION={row.override} at run time" if row.override else ""
+        return False, f"no ROCm release lists {gfx} ({row.products}){hint} ({row.source})"
+    have = version_tuple(rocm_version)
+    if have and have < version_tuple(row.min_rocm):
+        return False, f"{gfx} ({row.products}) needs ROCm {row.min_rocm} or newer; this is ROCm {rocm_version} ({row.source})"
+    if have and row.max_rocm and have >= version_tuple(row.max_rocm):
+        return False, f"ROCm {row.max_rocm} dropped {gfx} ({row.products}); this is ROCm {rocm_version} ({row.source})"
+    return True, f"ROCm {rocm_version or '?'} lists {gfx} ({row.products})"
+
+
+def vulkan_min_headers() -> tuple[str, str, str]:
+    """(the oldest Vulkan headers the pinned llama.cpp compiles with, source, where to get newer ones)."""
+    headers = knowledge("vulkan")["headers"]
+    return str(headers["min_version"]), headers["source"], headers["newer_package"]
+
+
+def llama_cpp_min_rocm() -> tuple[str, str]:
+    row = knowledge("rocm")["llama_cpp"]
+    return str(row["min_rocm"]), row["source"]

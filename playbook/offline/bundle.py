@@ -77,7 +77,7 @@ HEADLESS_REQUIREMENTS: tuple[str, ...] = (
 # Paths (fnmatch globs, relative to the source root, '/'-separated) left out of the trimmed
 # source; a glob that matches a folder removes everything under it. None of them is read by
 # CMake when configuring or building the binding (with tools/mtmd) or llama.cpp's tools
-# (llama-bench) with the CPU and CUDA backends.
+# (llama-bench) with the CPU, CUDA and Vulkan backends.
 SOURCE_REMOVE: tuple[str, ...] = (
     ".git",  # the sdist carries the repository and the llama.cpp submodule's history (38 MB)
     ".github",
@@ -94,12 +94,19 @@ SOURCE_REMOVE: tuple[str, ...] = (
     "vendor/llama.cpp/gguf-py",  # the playbook uses the gguf wheel; CMake never reads gguf-py
     "vendor/llama.cpp/conversion",  # convert_hf_to_gguf's modules (Python, need gguf-py)
     "vendor/llama.cpp/models/*",  # tokenizer test vocabularies and chat templates (74 MB)
-    "vendor/llama.cpp/tests/snapshots",  # test data
-    "vendor/llama.cpp/tools/server/tests",  # the server's pytest suite
+    # llama.cpp's own tests, examples and proofs of concept: its CMakeLists adds them only with LLAMA_BUILD_TESTS /
+    # LLAMA_BUILD_EXAMPLES, which default to LLAMA_STANDALONE (off under llama-cpp-python) and which the llama-bench
+    # yardstick turns off (verify/yardsticks.py).
+    "vendor/llama.cpp/tests",
+    "vendor/llama.cpp/examples",
+    "vendor/llama.cpp/pocs",
+    # llama.cpp's own server, its web UI and CLI: tools/CMakeLists.txt adds them only with LLAMA_BUILD_SERVER
+    # (off under llama-cpp-python, whose server is Python, and in the llama-bench yardstick).
+    "vendor/llama.cpp/tools/server",
+    "vendor/llama.cpp/tools/ui",
+    "vendor/llama.cpp/tools/cli",
     "vendor/llama.cpp/tools/mtmd/test-*",  # test media (jpeg, mp3, mp4); mtmd's CMake lists none
-    "vendor/llama.cpp/tools/ui/src",  # web UI sources, built only with LLAMA_BUILD_UI=ON (npm)
-    "vendor/llama.cpp/tools/ui/tests",
-    # ggml backends other than CPU, CUDA (and HIP/MUSA, which compile ggml-cuda), BLAS and RPC:
+    # ggml backends other than CPU, CUDA (and HIP/MUSA, which compile ggml-cuda), Vulkan, BLAS and RPC:
     # ggml_add_backend() adds a backend's folder only when GGML_<NAME> is ON.
     "vendor/llama.cpp/ggml/src/ggml-cann",
     "vendor/llama.cpp/ggml/src/ggml-et",
@@ -109,7 +116,6 @@ SOURCE_REMOVE: tuple[str, ...] = (
     "vendor/llama.cpp/ggml/src/ggml-openvino",
     "vendor/llama.cpp/ggml/src/ggml-sycl",
     "vendor/llama.cpp/ggml/src/ggml-virtgpu",
-    "vendor/llama.cpp/ggml/src/ggml-vulkan",
     "vendor/llama.cpp/ggml/src/ggml-webgpu",
     "vendor/llama.cpp/ggml/src/ggml-zdnn",
     "vendor/llama.cpp/ggml/src/ggml-zendnn",

@@ -163,6 +163,90 @@ class VisualStudio:
         return msvc_from_toolset(newest)
 
 
+# ---------------------------------------------------------------- Vulkan, ROCm/HIP, macOS (Metal)
+
+VULKAN_DEVICE_TYPES = {
+    "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU": "discrete",
+    "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU": "integrated",
+    "PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU": "virtual",
+    "PHYSICAL_DEVICE_TYPE_CPU": "cpu",
+    "PHYSICAL_DEVICE_TYPE_OTHER": "other",
+}
+
+
+@dataclass
+class VulkanDevice:
+    """One physical device as the Vulkan loader reports it (``vulkaninfo --summary``)."""
+
+    index: int
+    name: str
+    device_type: str  # discrete, integrated, virtual, cpu, other
+    driver_name: str = ""
+    driver_info: str = ""
+    api_version: str = ""
+    vendor_id: str = ""
+
+
+@dataclass
+class VulkanHeaders:
+    include_dir: str  # the folder holding vulkan/vulkan_core.h
+    version: str  # "1.4.309": VK_HEADER_VERSION_COMPLETE's 1.x and VK_HEADER_VERSION
+    found_by: str  # "vulkan.include_dir", "VULKAN_SDK", "system"
+
+    @property
+    def patch(self) -> int:
+        return int(self.version.rsplit(".", 1)[-1]) if self.version else 0
+
+
+@dataclass
+class Vulkan:
+    loader: list[str] = field(default_factory=list)  # libvulkan.so.1 / vulkan-1.dll / libvulkan.1.dylib found
+    vulkaninfo: Tool = field(default_factory=lambda: Tool("vulkaninfo", found=False))
+    instance_version: str = ""  # the loader's own version ("Vulkan Instance Version")
+    devices: list[VulkanDevice] = field(default_factory=list)
+    glslc: Tool = field(default_factory=lambda: Tool("glslc", found=False))
+    headers: list[VulkanHeaders] = field(default_factory=list)  # every vulkan_core.h found, chosen one first
+    spirv_headers: str = ""  # SPIRV-HeadersConfig.cmake, which llama.cpp's find_package needs
+    error: str = ""  # why the device list is empty, when the loader said so
+    source: str = ""  # "vulkaninfo --summary" or "Vulkan API" (the loader asked directly, without vulkan-tools)
+
+    @property
+    def gpus(self) -> list[VulkanDevice]:
+        return [d for d in self.devices if d.device_type in ("discrete", "integrated", "virtual")]
+
+
+@dataclass
+class HipGpu:
+    name: str  # marketing name, e.g. "Radeon RX 7900 XTX"
+    gfx: str  # "gfx1100"
+
+
+@dataclass
+class Rocm:
+    found: bool = False
+    root: str = ""
+    version: str = ""  # "6.2.4" from hipconfig --version or .info/version
+    hipconfig: Tool = field(default_factory=lambda: Tool("hipconfig", found=False))
+    rocminfo: Tool = field(default_factory=lambda: Tool("rocminfo", found=False))
+    hip_clang: str = ""  # ROCm's clang (llvm/bin/clang), the HIP compiler
+    gpus: list[HipGpu] = field(default_factory=list)
+    has_hipblas: bool = False
+    has_rocblas: bool = False
+
+    @property
+    def gfx_targets(self) -> list[str]:
+        return list(dict.fromkeys(g.gfx for g in self.gpus))
+
+
+@dataclass
+class Apple:
+    chip: str = ""  # "Apple M3 Pro" (sysctl machdep.cpu.brand_string)
+    metal_compiler: str = ""  # xcrun -f metal; empty when the toolchain lacks it
+    metal_error: str = ""  # what xcrun said instead
+    command_line_tools: str = ""  # xcode-select -p
+    macos_version: str = ""
+
+
 @dataclass
 class Facts:
     os: OperatingSystem
@@ -184,6 +268,9 @@ class Facts:
     libcuda_paths: list[str] = field(default_factory=list)  # where the loader finds libcuda.so.1, first first
     stub_on_ld_library_path: list[str] = field(default_factory=list)
     temp_dir: str = ""
+    vulkan: Vulkan = field(default_factory=Vulkan)
+    rocm: Rocm = field(default_factory=Rocm)
+    apple: Apple = field(default_factory=Apple)
 
     @property
     def best_gpu(self) -> Gpu | None:
@@ -296,6 +383,51 @@ def parse_meminfo(text: str) -> Memory:
     return Memory(values.get("MemTotal"), values.get("MemAvailable"))
 
 
+def parse_vulkaninfo_summary(text: str) -> tuple[str, list[VulkanDevice]]:
+    """``vulkaninfo --summary``: the instance (loader) version and each device's GPUn block."""
+    instance = re.search(r"Vulkan Instance Version:\s*([\d.]+)", text)
+    devices = []
+    for index, block in re.findall(r"^GPU(\d+):\s*\n((?:[ \t]+\S.*\n?)+)", text, re.MULTILINE):
+        values = dict(re.findall(r"^\s+(\w+)\s*=\s*(.*?)\s*$", block, re.MULTILINE))
+        devices.append(VulkanDevice(
+            int(index), values.get("deviceName", ""),
+            VULKAN_DEVICE_TYPES.get(values.get("deviceType", ""), values.get("deviceType", "").lower()),
+            values.get("driverName", ""), values.get("driverInfo", ""), values.get("apiVersion", ""),
+            values.get("vendorID", "")))
+    return instance.group(1) if instance else "", devices
+
+
+def parse_vulkan_header_version(text: str) -> str:
+    """vulkan_core.h: ``VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)`` and
+    ``#define VK_HEADER_VERSION 309`` -> ``1.4.309``."""
+    patch = re.search(r"^#define\s+VK_HEADER_VERSION\s+(\d+)", text, re.MULTILINE)
+    complete = re.search(r"VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_(?:API_)?VERSION\((?:\d+,\s*)?(\d+),\s*(\d+),", text)
+    if not patch:
+        return ""
+    major, minor = complete.groups() if complete else ("1", "0")
+    return f"{major}.{minor}.{patch.group(1)}"
+
+
+def parse_rocminfo(text: str) -> list[HipGpu]:
+    """``rocminfo``: each GPU agent's ``Name: gfx1100`` and ``Marketing Name``; CPU agents are skipped."""
+    gpus = []
+    for agent in re.split(r"\*{5,}\s*\n\s*Agent \d+", text)[1:]:
+        if not re.search(r"Device Type:\s*GPU", agent):
+            continue
+        gfx = re.search(r"^\s*Name:\s*(gfx[0-9a-f]+)", agent, re.MULTILINE)
+        name = re.search(r"^\s*Marketing Name:\s*(.+?)\s*$", agent, re.MULTILINE)
+        if gfx:
+            gpus.append(HipGpu(name.group(1) if name else "", gfx.group(1)))
+    return gpus
+
+
+def parse_hipconfig_version(text: str) -> str:
+    """``hipconfig --version`` prints ``6.2.41134-65d174c3e``: the ROCm release is 6.2 (HIP's version
+    is the ROCm version with a build number as the patch)."""
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return f"{match.group(1)}.{match.group(2)}" if match else ""
+
+
 # ---------------------------------------------------------------- probes
 
 
@@ -303,10 +435,11 @@ def detect(
     environ: Mapping[str, str] | None = None,
     runner: CommandRunner = run_command,
     python: str = sys.executable,
+    vulkan_include_dir: str = "",
 ) -> Facts:
     environ = dict(os.environ if environ is None else environ)
     search_path = _search_path(environ, python)
-    return Facts(
+    facts = Facts(
         os=detect_os(runner),
         cpu=detect_cpu(),
         memory=detect_memory(),
@@ -326,7 +459,12 @@ def detect(
         libcuda_paths=detect_libcuda_paths(runner),
         stub_on_ld_library_path=stub_dirs(environ.get("LD_LIBRARY_PATH", ""), os.pathsep),
         temp_dir=environ.get("TEMP", environ.get("TMP", environ.get("TMPDIR", ""))),
+        vulkan=detect_vulkan(environ, search_path, runner, vulkan_include_dir, python),
+        rocm=detect_rocm(environ, search_path, runner),
     )
+    if facts.os.system == "Darwin":
+        facts.apple = detect_apple(runner)
+    return facts
 
 
 def build_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -378,6 +516,139 @@ def describe_visual_studio(vs: VisualStudio) -> None:
     vs.dev_shell = str(dev_shell) if dev_shell.is_file() else ""
     props = (root / "MSBuild" / "Microsoft" / "VC").glob("*/BuildCustomizations/CUDA *.props")
     vs.cuda_integration = sorted({p.stem.removeprefix("CUDA ") for p in props})
+
+
+def detect_vulkan(environ: Mapping[str, str], search_path: str, runner: CommandRunner,
+                  include_dir: str = "", python: str = sys.executable) -> Vulkan:
+    sdk = environ.get("VULKAN_SDK", "")
+    vulkan = Vulkan(loader=vulkan_loader_paths(runner, environ))
+    if path := shutil.which("vulkaninfo", path=search_path):
+        out = runner([path, "--summary"], 60)
+        vulkan.instance_version, vulkan.devices = parse_vulkaninfo_summary(out.stdout)
+        vulkan.vulkaninfo = Tool("vulkaninfo", out.returncode == 0, path, vulkan.instance_version,
+                                 f"Vulkan Instance Version: {vulkan.instance_version}" if vulkan.instance_version else "")
+        vulkan.source = "vulkaninfo --summary"
+        if not vulkan.devices:
+            vulkan.error = out.stdout.strip()[-500:] or f"vulkaninfo exited with {out.returncode}"
+    if not vulkan.devices and (vulkan.loader or not vulkan.vulkaninfo.found):
+        ask_api(vulkan, runner, python)
+    glslc_path = search_path if not sdk else os.pathsep.join([str(Path(sdk) / "bin"), search_path])
+    vulkan.glslc = detect_tool("glslc", ["--version"], glslc_path, runner)
+    vulkan.headers = vulkan_headers(include_dir, sdk)
+    vulkan.spirv_headers = spirv_headers_config(sdk)
+    return vulkan
+
+
+def ask_api(vulkan: Vulkan, runner: CommandRunner, python: str) -> None:
+    """The loader's own answer through the Vulkan API (child_scripts/vulkan_devices.py), where vulkaninfo is absent."""
+    script = Path(__file__).resolve().parent.parent / "child_scripts" / "vulkan_devices.py"
+    out = runner([python, str(script)], 60)
+    try:
+        answer = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        vulkan.error = vulkan.error or out.stdout.strip()[-500:]
+        return
+    devices = [VulkanDevice(i, d["name"], d["type"], d["driver_name"], d["driver_info"], d["api_version"], d["vendor_id"])
+               for i, d in enumerate(answer.get("devices", []))]
+    if devices or not vulkan.source:
+        vulkan.devices, vulkan.source = devices, "Vulkan API"
+        vulkan.instance_version = answer.get("instance_version", vulkan.instance_version)
+    if not devices:
+        vulkan.error = answer.get("error") or vulkan.error or "the Vulkan loader lists no physical device"
+
+
+def vulkan_loader_paths(runner: CommandRunner, environ: Mapping[str, str] | None = None) -> list[str]:
+    system = platform.system()
+    environ = environ or {}
+    if system == "Windows":
+        dll = Path(os.environ.get("SystemRoot", r"C:\Windows")) / "System32" / "vulkan-1.dll"
+        return [str(dll)] if dll.is_file() else []
+    if system == "Darwin":
+        return [p for p in ("/usr/local/lib/libvulkan.1.dylib", "/opt/homebrew/lib/libvulkan.1.dylib") if Path(p).is_file()]
+    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if Path("/sbin/ldconfig").is_file() else "")
+    folders = [f for f in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if f]
+    if environ.get("VULKAN_SDK"):
+        folders.append(str(Path(environ["VULKAN_SDK"]) / "lib"))
+    found = [str(Path(f) / "libvulkan.so.1") for f in folders if (Path(f) / "libvulkan.so.1").is_file()]
+    if ldconfig:
+        out = runner([ldconfig, "-p"], 20)
+        found += parse_ldconfig(out.stdout, "libvulkan.so.1") if out.returncode == 0 else []
+    return list(dict.fromkeys(found))
+
+
+def vulkan_headers(include_dir: str, sdk: str) -> list[VulkanHeaders]:
+    """Every vulkan_core.h in the places CMake's FindVulkan looks, the one to build with first: the
+    parameter's, else the newest."""
+    candidates: list[tuple[Path, str]] = []
+    if include_dir:
+        candidates.append((Path(include_dir).expanduser(), "vulkan.include_dir"))
+    if sdk:
+        candidates += [(Path(sdk) / "include", "VULKAN_SDK"), (Path(sdk) / "Include", "VULKAN_SDK")]
+    candidates += [(Path(p), "system") for p in ("/usr/include", "/usr/local/include", "/opt/homebrew/include")]
+    found: dict[Path, VulkanHeaders] = {}
+    for folder, how in candidates:
+        header = folder / "vulkan" / "vulkan_core.h"
+        if header.is_file() and folder.resolve() not in found:
+            version = parse_vulkan_header_version(header.read_text(encoding="utf-8", errors="replace"))
+            found[folder.resolve()] = VulkanHeaders(str(folder), version, how)
+    headers = list(found.values())
+    given = [h for h in headers if h.found_by == "vulkan.include_dir"]
+    rest = sorted((h for h in headers if h not in given), key=lambda h: h.patch, reverse=True)
+    return given + rest
+
+
+def spirv_headers_config(sdk: str) -> str:
+    roots = [Path(sdk)] if sdk else []
+    roots += [Path(p) for p in ("/usr", "/usr/local", "/opt/homebrew")]
+    for root in roots:
+        for sub in ("share/cmake/SPIRV-Headers", "lib/cmake/SPIRV-Headers", "share/SPIRV-Headers/cmake"):
+            config = root / sub / "SPIRV-HeadersConfig.cmake"
+            if config.is_file():
+                return str(config)
+    return ""
+
+
+def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> Rocm:
+    roots = [environ[v] for v in ("ROCM_PATH", "HIP_PATH") if environ.get(v)]
+    roots += sorted(glob.glob("/opt/rocm*"), reverse=True)
+    root = next((Path(r) for r in roots if (Path(r) / "bin" / "hipconfig").is_file()
+                 or (Path(r) / "bin" / "hipconfig.exe").is_file()), None)
+    bins = os.pathsep.join([str(root / "bin"), search_path]) if root else search_path
+    rocminfo = shutil.which("rocminfo", path=bins) or ""
+    rocm = Rocm(hipconfig=detect_tool("hipconfig", ["--version"], bins, runner),
+                rocminfo=Tool("rocminfo", bool(rocminfo), rocminfo))
+    if not rocm.hipconfig.found and root is None:
+        return rocm
+    rocm.found = True
+    rocm.root = str(root) if root else str(Path(rocm.hipconfig.path).parent.parent)
+    info = Path(rocm.root) / ".info" / "version"  # "6.4.1-120": the release with its patch, which hipconfig lacks
+    if info.is_file():
+        rocm.version = parse_first_version(info.read_text())
+    if not rocm.version and rocm.hipconfig.path:
+        rocm.version = parse_hipconfig_version(runner([rocm.hipconfig.path, "--version"], 30).stdout)
+    clang = Path(rocm.root) / "llvm" / "bin" / "clang"
+    rocm.hip_clang = str(clang) if clang.is_file() else ""
+    if rocm.rocminfo.path:
+        rocm.gpus = parse_rocminfo(runner([rocm.rocminfo.path], 60).stdout)
+    lib = Path(rocm.root) / "lib"
+    rocm.has_hipblas = bool(list(lib.glob("libhipblas.so*")) or list(lib.glob("hipblas.lib")))
+    rocm.has_rocblas = bool(list(lib.glob("librocblas.so*")) or list(lib.glob("rocblas.lib")))
+    return rocm
+
+
+def detect_apple(runner: CommandRunner) -> Apple:
+    chip = runner(["sysctl", "-n", "machdep.cpu.brand_string"], 10)
+    metal = runner(["xcrun", "-f", "metal"], 30)
+    tools = runner(["xcode-select", "-p"], 10)
+    version = runner(["sw_vers", "-productVersion"], 10)
+    ok = metal.returncode == 0 and metal.stdout.strip().startswith("/")
+    return Apple(
+        chip=chip.stdout.strip() if chip.returncode == 0 else "",
+        metal_compiler=metal.stdout.strip().splitlines()[0] if ok else "",
+        metal_error="" if ok else metal.stdout.strip()[-300:],
+        command_line_tools=tools.stdout.strip() if tools.returncode == 0 else "",
+        macos_version=version.stdout.strip() if version.returncode == 0 else "",
+    )
 
 
 def detect_libcuda_paths(runner: CommandRunner) -> list[str]:
@@ -627,8 +898,10 @@ def detect_step(run: RunFolder) -> Facts:
     from playbook.runfolder.folder import Outcome
     from playbook.runfolder.layout import Step
 
-    facts = detect()
+    facts = detect(vulkan_include_dir=run.params().vulkan.include_dir)
     run.write(facts, run.layout.detect_facts)
     gpus = ", ".join(g.name for g in facts.gpus) or "no NVIDIA GPU"
+    if facts.vulkan.devices:
+        gpus += "; Vulkan: " + ", ".join(f"{d.name} ({d.device_type})" for d in facts.vulkan.devices)
     run.finish_step(Step.DETECT, 1, Outcome.OK, f"{facts.os.pretty_name}; {gpus}")
     return facts

@@ -90,15 +90,13 @@ KEPT = {
     "vendor/llama.cpp/ggml/src/ggml-backend.cpp",
     "vendor/llama.cpp/ggml/src/ggml-cpu/CMakeLists.txt",
     "vendor/llama.cpp/ggml/src/ggml-cuda/CMakeLists.txt",
+    "vendor/llama.cpp/ggml/src/ggml-vulkan/CMakeLists.txt",
     "vendor/llama.cpp/ggml/src/ggml-cuda/ggml-cuda.cu",
     "vendor/llama.cpp/tools/CMakeLists.txt",
     "vendor/llama.cpp/tools/llama-bench/CMakeLists.txt",
     "vendor/llama.cpp/tools/llama-bench/llama-bench.cpp",
     "vendor/llama.cpp/tools/mtmd/CMakeLists.txt",
     "vendor/llama.cpp/tools/mtmd/tests/run.sh",
-    "vendor/llama.cpp/tools/ui/CMakeLists.txt",
-    "vendor/llama.cpp/tests/CMakeLists.txt",
-    "vendor/llama.cpp/tests/test-chat.cpp",
 }
 
 
@@ -133,13 +131,14 @@ def test_removal_pattern_keeps_the_spm_vocab_and_build_files():
     assert removal_pattern("vendor/llama.cpp/models/ggml-vocab-gpt-2.gguf") == "vendor/llama.cpp/models/*"
     assert removal_pattern(".git/objects/pack/x.pack") == ".git"
     assert removal_pattern("vendor/llama.cpp/docs/build.md") == "vendor/llama.cpp/docs"
-    assert removal_pattern("vendor/llama.cpp/ggml/src/ggml-vulkan/x.cpp") == "vendor/llama.cpp/ggml/src/ggml-vulkan"
-    # anchored: llama.cpp's own tests and examples stay (its CMake adds them); only the binding's go
+    assert removal_pattern("vendor/llama.cpp/ggml/src/ggml-metal/x.m") == "vendor/llama.cpp/ggml/src/ggml-metal"
     assert removal_pattern("tests/test_llama.py") == "tests"
-    assert removal_pattern("vendor/llama.cpp/tests/test-chat.cpp") == ""
-    assert removal_pattern("vendor/llama.cpp/examples/simple/CMakeLists.txt") == ""
+    # llama.cpp's own tests and examples go too: read only with LLAMA_BUILD_TESTS/EXAMPLES, never on here
+    assert removal_pattern("vendor/llama.cpp/tests/test-chat.cpp") == "vendor/llama.cpp/tests"
+    assert removal_pattern("vendor/llama.cpp/examples/simple/CMakeLists.txt") == "vendor/llama.cpp/examples"
     for kept in ("CMakeLists.txt", "vendor/llama.cpp/tools/llama-bench/llama-bench.cpp",
                  "vendor/llama.cpp/tools/mtmd/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml-cuda/ggml-cuda.cu",
+                 "vendor/llama.cpp/ggml/src/ggml-vulkan/CMakeLists.txt",  # the Vulkan backend builds from a bundle
                  "vendor/llama.cpp/ggml/src/ggml-backend.cpp", "vendor/llama.cpp/tools/mtmd/tests/run.sh"):
         assert removal_pattern(kept) == "", kept
 
@@ -149,7 +148,8 @@ def test_trim_source_from_sdist(fake_sdist: Path, tmp_path: Path):
     assert result.root == tmp_path / "out" / ROOT
     assert _files(result.root) == KEPT
     assert (result.root / "vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf").read_text() == "GGUF-spm"
-    assert not (result.root / "vendor/llama.cpp/ggml/src/ggml-vulkan").exists()
+    assert not (result.root / "vendor/llama.cpp/ggml/src/ggml-metal").exists()
+    assert (result.root / "vendor/llama.cpp/ggml/src/ggml-vulkan/CMakeLists.txt").is_file()
     assert not (result.root / ".git").exists()
     assert result.kept_bytes == sum((result.root / f).stat().st_size for f in KEPT)
     removed = {r["pattern"]: r for r in result.removed}

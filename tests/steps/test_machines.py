@@ -8,6 +8,7 @@ from machines import machine
 
 from playbook.params import PARAMS_DIR, load_params
 from playbook.steps.configure import configure
+from playbook.steps.detect import VulkanHeaders
 
 
 def text(plan) -> str:
@@ -123,3 +124,73 @@ def test_the_gpu_machine():
     assert plan.backend == "cuda" and plan.cmake_args[:2] == ["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES=90"]
     assert plan.env["CUDACXX"] == "/usr/local/cuda-13.0/bin/nvcc"
     assert plan.warnings == [] and "CUDAHOSTCXX" not in plan.env  # gcc 13 is within CUDA 13.0's limit
+
+
+def decisions(plan) -> dict[str, str]:
+    return {f"{d.what}:{d.value}": d.reason for d in plan.decisions}
+
+
+def test_rx7900xtx_rocm62_builds_hip_for_gfx1100():
+    facts = machine("rx7900xtx-rocm6.2")
+    assert facts.rocm.version == "6.2" and facts.rocm.gfx_targets == ["gfx1100"]  # the CPU agent is skipped
+    plan = configure(facts, load_params())
+    assert plan.backend == "hip" and plan.gpu_targets == "gfx1100"
+    assert {"-DGGML_HIP=on", "-DAMDGPU_TARGETS=gfx1100", "-DGPU_TARGETS=gfx1100"} <= set(plan.cmake_args)
+    assert plan.env["HIPCXX"] == "/opt/rocm-6.2.4/llvm/bin/clang" and plan.env["HIP_PATH"] == "/opt/rocm-6.2.4"
+    assert plan.blockers == [] and "cpu-only" not in plan.warning_codes()
+    rejected = decisions(plan)
+    assert rejected["backend rejected:cuda"] == "no NVIDIA GPU visible"
+    assert rejected["backend rejected:vulkan"].startswith("no Vulkan device seen")
+    assert "export HIPCXX=/opt/rocm-6.2.4/llvm/bin/clang" in plan.shell_commands["bash"]
+    # ROCm 6.0 is older than the pinned llama.cpp accepts; without hipBLAS the build fails too
+    old = dataclasses.replace(facts, rocm=dataclasses.replace(facts.rocm, version="6.0", has_hipblas=False))
+    plan = configure(old, load_params())
+    assert {b.code for b in plan.blockers} == {"rocm-too-old", "hipblas-missing"}
+
+
+def test_radeon_780m_on_vulkan():
+    facts = machine("radeon-780m-vulkan")
+    assert [(d.name, d.device_type) for d in facts.vulkan.devices] == [
+        ("AMD Radeon 780M (RADV GFX1103_R1)", "integrated"), ("llvmpipe (LLVM 17.0.6, 256 bits)", "cpu")]
+    plan = configure(facts, load_params())
+    assert plan.backend == "vulkan" and "-DGGML_VULKAN=on" in plan.cmake_args
+    assert plan.blockers == [] and plan.warnings == []
+    assert plan.runtime_env == {}  # an integrated GPU: llama.cpp uses it without GGML_VK_VISIBLE_DEVICES
+    assert not any(a.startswith("-DVulkan_INCLUDE_DIR") for a in plan.cmake_args)  # /usr/include is found anyway
+    rejected = decisions(plan)
+    assert rejected["backend rejected:hip"] == "no ROCm (hipconfig) found"
+    assert "Radeon 780M" in rejected["backend:vulkan"]
+    # the same laptop with ROCm installed: HIP is preferred, but warned that no ROCm release lists gfx1103
+    with_rocm = dataclasses.replace(facts, rocm=machine("rx7900xtx-rocm6.2").rocm)
+    with_rocm.rocm.gpus[0].gfx, with_rocm.rocm.gpus[0].name = "gfx1103", "AMD Radeon 780M"
+    plan = configure(with_rocm, load_params())
+    assert plan.backend == "hip" and "HSA_OVERRIDE_GFX_VERSION=11.0.0" in text(plan)
+    assert decisions(plan)["backend rejected:vulkan"] == "usable, but hip is preferred"
+    assert configure(with_rocm, load_params(None, ["backend=vulkan"])).backend == "vulkan"
+
+
+def test_m3_with_command_line_tools_only_embeds_the_metal_library():
+    plan = configure(machine("m3-mac-metal"), load_params())
+    assert plan.platform == "macos" and plan.backend == "metal"
+    assert "-DGGML_METAL=on" in plan.cmake_args and "-DGGML_METAL_EMBED_LIBRARY=on" in plan.cmake_args
+    assert plan.warning_codes() == ["metal-compiler-missing"] and plan.blockers == []
+    assert 'unable to find utility "metal"' in decisions(plan)["Metal library:embedded (-DGGML_METAL_EMBED_LIBRARY=on)"]
+    assert decisions(plan)["Apple GPU:Apple M3"]
+    assert "hip-not-on-macos" in configure(machine("m3-mac-metal"), load_params(None, ["backend=hip"])).warning_codes()
+
+
+def test_debian12_lavapipe_needs_newer_headers_then_sees_its_cpu_device():
+    facts = machine("debian12-lavapipe")
+    auto = configure(facts, load_params())
+    assert auto.backend == "cpu"  # a CPU-type Vulkan device is no reason to leave the CPU backend
+    assert "only Vulkan devices are CPU-type" in decisions(auto)["backend rejected:vulkan"]
+    plan = configure(facts, load_params(None, ["backend=vulkan"]))
+    assert [b.code for b in plan.blockers] == ["vulkan-headers-too-old"]
+    assert "1.3.239" in plan.blockers[0].message and "1.3.272" in plan.blockers[0].message
+    # the newer headers unpacked from Debian 13's libvulkan-dev, found through VULKAN_SDK
+    facts.vulkan.headers.insert(0, VulkanHeaders("/cache/vulkan-headers-1.4.309/usr/include", "1.4.309", "VULKAN_SDK"))
+    plan = configure(facts, load_params(None, ["backend=vulkan"]))
+    assert plan.blockers == [] and plan.warning_codes() == ["vulkan-cpu-device-only"]
+    assert "-DVulkan_INCLUDE_DIR=/cache/vulkan-headers-1.4.309/usr/include" in plan.cmake_args
+    assert plan.runtime_env == {"GGML_VK_VISIBLE_DEVICES": "0"}
+    assert "export GGML_VK_VISIBLE_DEVICES=0" in plan.shell_commands["bash"]

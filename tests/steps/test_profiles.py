@@ -43,6 +43,15 @@ def test_metal_profile():
     assert linux.backend == "cpu" and any("Metal exists only on macOS" in w for w in map(str, linux.warnings))
 
 
+def test_vulkan_profile():
+    plan = configure(machine("radeon-780m-vulkan"), profile("vulkan"))
+    assert plan.backend == "vulkan" and "-DGGML_VULKAN=on" in plan.cmake_args and plan.blockers == []
+    # no Vulkan at all: the plan refuses to build, naming each missing piece
+    plan = configure(machine("no-gpu"), profile("vulkan"))
+    assert {b.code for b in plan.blockers} == {"vulkan-headers-missing", "glslc-missing", "spirv-headers-missing"}
+    assert {"vulkan-loader-missing", "vulkan-no-device"} <= set(plan.warning_codes())
+
+
 def test_fork_profile_lists_required_symbols(tmp_path):
     plan = configure(machine("gpu-machine-h200"), profile("fork", f"source.path={tmp_path}"))
     assert plan.source_path == str(tmp_path) and plan.source_kind == "path"

@@ -30,7 +30,7 @@ from playbook.steps.source import bundle_wheels
 
 GIB = 1024
 # Peak resident memory of one compiler process, measured on llama.cpp's sources.
-MIB_PER_JOB = {"cuda": 3 * GIB, "hip": 3 * GIB, "cpu": 1 * GIB}
+MIB_PER_JOB = {"cuda": 3 * GIB, "hip": 3 * GIB, "vulkan": 2 * GIB, "cpu": 1 * GIB}
 MTMD_MODULE = "llama_cpp.mtmd_cpp"
 
 
