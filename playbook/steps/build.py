@@ -31,6 +31,7 @@ from playbook.steps.caches import (
     remove_stale_libraries,
     stable_tree,
     store_wheel,
+    url_secret,
     zero_ccache_stats,
 )
 from playbook.steps.configure import BuildPlan
@@ -126,7 +127,7 @@ def run_build(
     fingerprint left in the wheel cache); the full log goes to ``build-attempt-N.log``. A build that
     prints nothing for ``stall_timeout_s`` is stopped, as is one that outlasts ``timeout_s``."""
     base_env = dict(os.environ if environ is None else environ)
-    secrets = secret_values(base_env)
+    secrets = [*secret_values(base_env), *filter(None, [url_secret(plan.ccache_remote)])]
     # One folder per attempt: every attempt builds a wheel of the same file name.
     wheel_dir = layout.wheel_dir(plan.attempt)
     wheel_dir.mkdir(parents=True, exist_ok=True)
@@ -136,7 +137,7 @@ def run_build(
     tree = stable_tree(source, cache_dir)
     build_env = {**plan.build_env(), "SKBUILD_BUILD_DIR": str(build_dir(cache_dir, key))}
     if plan.ccache:
-        build_env.update(ccache_env(cache_dir))
+        build_env.update(ccache_env(cache_dir, plan.ccache_remote))
     command = pip_wheel_command(plan, tree, wheel_dir, python)
     result = BuildResult(
         attempt=plan.attempt,
@@ -145,7 +146,7 @@ def run_build(
         duration_s=0.0,
         log_file=log_path.name,
         command=[redact_known(arg, secrets) for arg in command],
-        env=redact_env(build_env),
+        env={k: redact_known(v, secrets) for k, v in redact_env(build_env).items()},
         source=source,
         fingerprint=key,
         build_dir=build_env["SKBUILD_BUILD_DIR"],
@@ -165,7 +166,7 @@ def run_build(
                     on_progress(result.progress.done, result.progress.total, line.strip())
 
         write(f"playbook: attempt {plan.attempt}, fingerprint {key}")
-        for name, value in sorted(redact_env(build_env).items()):
+        for name, value in sorted(result.env.items()):
             write(f"playbook: env {name}={value}")
         lookup = cached_wheel(cache_dir, key) if plan.wheel_cache else WheelLookup()
         if lookup.rejected:
@@ -200,7 +201,7 @@ def run_build(
             write(f"playbook: build stalled: no output for {stall_timeout_s:.0f} s (build.stall_timeout_s); stopped")
         if plan.ccache:
             result.ccache = read_ccache_stats(plan.ccache, env)
-            write(f"playbook: ccache: {result.ccache.hits} hits, {result.ccache.misses} misses")
+            write(f"playbook: ccache: {ccache_summary(result.ccache)}")
         write(f"playbook: pip exited with {result.exit_code} after {time.monotonic() - started:.1f} s")
 
     new_wheels = sorted({p.name for p in wheel_dir.glob("*.whl")} - before)
@@ -210,6 +211,13 @@ def run_build(
         store_wheel(cache_dir, key, wheel_dir / new_wheels[-1], run_id)
     result.duration_s = round(time.monotonic() - started, 2)
     return result
+
+
+def ccache_summary(stats: CcacheStats) -> str:
+    """``178 hits (12 local, 166 remote), 0 misses``: where the objects that were not compiled came from."""
+    where = f" ({stats.local_hits} local, {stats.remote_hits} remote)" if stats.remote_hits else ""
+    errors = f", {stats.remote_errors} remote storage errors" if stats.remote_errors else ""
+    return f"{stats.hits} hits{where}, {stats.misses} misses{errors}"
 
 
 def build_outcome(result: BuildResult) -> Outcome:

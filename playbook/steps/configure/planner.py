@@ -14,7 +14,7 @@ from pathlib import Path
 from playbook.params import Backend, Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
-from playbook.steps.caches import launcher_args
+from playbook.steps.caches import launcher_args, redact_url, remote_storage_problem
 from playbook.steps.configure import backends, windows
 from playbook.steps.configure.plan import (
     MULTIMODAL_OPTION,
@@ -51,6 +51,7 @@ class Planner:
     gpu_targets: str = ""
     generator: str = ""
     ccache: str = ""
+    ccache_remote: str = ""
     jobs: int = 1
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
@@ -129,6 +130,20 @@ class Planner:
         self.ccache = found.path
         self.cmake_args += launcher_args(found.path)
         self.decide("compiler cache", found.path, f"ccache {found.version}: a rebuild recompiles only what changed")
+        self._remote_compiler_cache()
+
+    def _remote_compiler_cache(self) -> None:
+        url, found = self.params.build.ccache_remote, self.facts.ccache
+        if not url:
+            return
+        if problem := remote_storage_problem(found.version, found.features, url):
+            self.warn("ccache-remote-unsupported", f"build.ccache_remote is set, but {found.path} {problem}: "
+                      "objects are cached on this machine only")
+            return
+        self.ccache_remote = url
+        self.decide("shared compiler cache", redact_url(url),
+                    f"build.ccache_remote: ccache {found.version} reads objects other machines compiled from it, "
+                    "and stores what it compiles there (CCACHE_REMOTE_STORAGE)")
 
     def _user_arguments(self) -> None:
         from playbook.knowledge import compatibility
@@ -191,6 +206,7 @@ class Planner:
             cuda_architectures=self.architectures,
             gpu_targets=self.gpu_targets,
             ccache=self.ccache,
+            ccache_remote=self.ccache_remote,
             wheel_cache=params.build.wheel_cache,
             decisions=self.decisions,
             warnings=self.warnings,
