@@ -184,3 +184,18 @@ def test_remote_stats_and_secrets():
     assert redact_url("redis://:hunter22@cache:6379") == "redis://<redacted>@cache:6379"
     assert url_secret("redis://hunter22@cache:6379") == "hunter22" == url_secret("redis://user:hunter22@cache")
     assert url_secret("redis://cache:6379") == ""
+
+
+def test_a_ccache_without_redis_keeps_the_cache_local(this_machine):
+    import dataclasses as dc
+
+    from conftest import make_facts
+
+    facts = make_facts(this_machine)
+    facts.ccache = dc.replace(facts.ccache, found=True, path="/usr/bin/ccache", version="4.9.1",
+                              features=["file-storage", "http-storage"])
+    plan = configure(facts, load_params(None, ["backend=cpu", "build.ccache_remote=redis://cache:6379"]))
+    assert plan.ccache == "/usr/bin/ccache" and plan.ccache_remote == ""
+    assert "ccache-remote-unsupported" in plan.warning_codes()
+    plan = configure(facts, load_params(None, ["backend=cpu", "build.ccache_remote=http://cache:8080/objects"]))
+    assert plan.ccache_remote == "http://cache:8080/objects"
