@@ -45,6 +45,7 @@ PARAMETER_GROUPS = ("backend", "source", "cuda", "build", "model", "verify")
 SourceKind = Literal["sdist", "path"]
 ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
+KvTypeName = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
 
 
 @dataclass
@@ -124,6 +125,21 @@ class VerifyParams:
     llama_bench: bool = False
     # Dotted names the built package must provide, e.g. llama_cpp.llama_chat_format.Qwen3VLChatHandler.
     required_symbols: list[str] = field(default_factory=list)
+    # Runtime settings of every throughput measurement, given identically to the binding and to llama-bench
+    # (defaults: llama-bench's own).
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    flash_attn: Literal["auto", "on", "off"] = "auto"
+    type_k: KvTypeName = "f16"
+    type_v: KvTypeName = "f16"
+    offload_kqv: bool = True
+    load_mode: Literal["auto", "mmap", "none"] = "auto"
+    # Search the runtime settings on the built wheel (playbook.verify.tune) after the sweep.
+    tune: bool = False
+    # Tokens already in the KV cache while tuning measures (llama-bench's -d).
+    tune_depths: list[int] = field(default_factory=lambda: [0, 4096])
+    # MiB of GPU memory the model may use: tuning also runs at the largest offload measured within it; 0: none.
+    gpu_memory_budget: int = 0
 
 
 @dataclass
@@ -241,9 +257,16 @@ def check_params(params: Params) -> None:
         raise ParameterError("build.max_attempts must be at least 1")
     if any(n < 0 for n in params.verify.n_gpu_layers):
         raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
-    for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points"):
+    for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points", "n_batch", "n_ubatch"):
         if getattr(params.verify, name) < 1:
             raise ParameterError(f"verify.{name} must be at least 1")
+    if params.verify.n_ubatch > params.verify.n_batch:
+        raise ParameterError(f"verify.n_ubatch ({params.verify.n_ubatch}) must not exceed verify.n_batch "
+                             f"({params.verify.n_batch}): llama.cpp splits a batch into micro-batches")
+    if not params.verify.tune_depths or any(d < 0 for d in params.verify.tune_depths):
+        raise ParameterError("verify.tune_depths takes one or more token counts of 0 or more, e.g. [0, 4096]")
+    if params.verify.gpu_memory_budget < 0:
+        raise ParameterError("verify.gpu_memory_budget is MiB of GPU memory, 0 for none")
 
 
 CCACHE_REMOTE_SCHEMES = ("redis", "http")  # ccache's HTTP storage speaks plain HTTP, not HTTPS

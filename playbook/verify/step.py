@@ -32,6 +32,7 @@ from playbook.verify.sweep import (
     sweep_point,
     write_sweep_csv,
 )
+from playbook.verify.settings import BenchSettings
 from playbook.verify.yardsticks import LlamaBench
 
 LIB_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python 0.3.36 loads libllama from there when set
@@ -63,6 +64,8 @@ class VerifyResult:
     dll_directories: list[str] = field(default_factory=list)  # passed to child.py (os.add_dll_directory)
     extras: list[str] = field(default_factory=list)  # installed with the wheel: llama-cpp-python[extras]
     server: ServerCheck | None = None  # python -m llama_cpp.server, when the plan has the server extra
+    settings: BenchSettings | None = None  # every throughput measurement's, llama-bench's too
+    tune: Any = None  # playbook.verify.tune.TuneResult when verify.tune is true
 
 
 def vocab_from_source(source_path: Path, cache_dir: Path) -> Path:
@@ -111,7 +114,7 @@ def run_verify(
     attempt: int = 1,
     python: str = sys.executable,
     log: Callable[[str], None] = print,
-    yardstick: Callable[[Path, list[int], int], LlamaBench] | None = None,
+    yardstick: Callable[[Path, list[int], BenchSettings], LlamaBench] | None = None,
     gpu_bandwidth_gb_per_s: float | None = None,
     runtime_env: dict[str, str] | None = None,
     dll_directories: list[str] | None = None,
@@ -133,6 +136,7 @@ def run_verify(
     site_dir = cache_dir / "site" / (sha256_of(wheel)[:16] + "".join(f"-{e}" for e in sorted(extras)))
     extra_env = plan_child_env(runtime_env, dll_directories)
     threads = default_threads() if params.verify.threads == "auto" else int(params.verify.threads)
+    settings = bench_settings(params, threads)
     timeout = params.verify.timeout_s
     findings: list[Finding] = []
 
@@ -181,15 +185,15 @@ def run_verify(
             model_path, n_layer, threads, params, site_dir, logs, timeout, python, findings, log, extra_env
         )
 
+    result.settings = settings
+    log(f"measurement settings (llama-bench gets the same): {settings.csv_fields()}")
     for ngl in result.layer_counts:
         log(f"measuring n_gpu_layers={ngl}: pp{params.verify.prompt_tokens}, tg{params.verify.gen_tokens}, "
             f"{params.verify.repetitions} repetitions, {threads} threads")
-        args = ["bench", str(model_path), str(ngl), str(threads), str(params.verify.prompt_tokens),
-                str(params.verify.gen_tokens), str(params.verify.repetitions)]
-        expected = ("cpu-only-build",) if ngl == 0 else ()
-        outcome = run_child(args, site_dir, logs / f"bench-ngl-{ngl}.log", timeout, python, expected=expected,
-                            extra_env=extra_env)
-        point = sweep_point(outcome, ngl)
+        outcome = run_bench_child(model_path, ngl, settings, params.verify.prompt_tokens, params.verify.gen_tokens,
+                                  params.verify.repetitions, site_dir, logs / f"bench-ngl-{ngl}.log", timeout,
+                                  python, extra_env)
+        point = sweep_point(outcome, ngl, settings)
         result.points.append(point)
         findings += outcome.findings
         log(f"  {point.status}: pp {point.pp_tokens_per_s or 0:.1f} t/s, tg {point.tg_tokens_per_s or 0:.1f} t/s, "
@@ -211,7 +215,7 @@ def run_verify(
     if yardstick is not None and any(p.status == "ok" for p in result.points):
         log("building llama-bench from the same tree and CMake arguments, then measuring the same points")
         try:
-            result.llama_bench = yardstick(model_path, result.layer_counts, threads)
+            result.llama_bench = yardstick(model_path, result.layer_counts, settings)
         except Exception as error:  # the yardstick is optional: verify's own results must survive it
             result.llama_bench = LlamaBench(False, error=f"{type(error).__name__}: {error}")
         log(f"  llama-bench: {'ok' if result.llama_bench.ok else result.llama_bench.error}, built in "
@@ -219,7 +223,10 @@ def run_verify(
     if gpu_offload and gpu_bandwidth_gb_per_s:
         result.gpu_bandwidth_gb_per_s = gpu_bandwidth_gb_per_s
         result.tg_limit_tokens_per_s = gpu_bandwidth_gb_per_s * 1e9 / int(result.model["file_size_bytes"])
-    compare_with_yardsticks(result.points, result.llama_bench, result.tg_limit_tokens_per_s, n_layer + 1)
+    compare_with_yardsticks(result.points, result.llama_bench, result.tg_limit_tokens_per_s, n_layer + 1, settings)
+    for point in result.points:
+        if point.ratio_note:
+            log(f"  n_gpu_layers={point.n_gpu_layers} against llama-bench: {point.ratio_note}")
     result.csv_file = write_sweep_csv(result.points, layout.throughput(attempt, ".csv")).name
     title = f"{model_path.name} · llama-cpp-python {probe.result['version']} · {threads} threads"
     stem = layout.throughput(attempt, "")
@@ -230,6 +237,24 @@ def run_verify(
     result.ok = bool(measured) and not result.findings and agreement_ok
     result.summary = _summary(result, gpu_offload)
     return result
+
+
+def bench_settings(params: Params, threads: int) -> BenchSettings:
+    verify = params.verify
+    return BenchSettings(threads=threads, n_batch=verify.n_batch, n_ubatch=verify.n_ubatch, flash_attn=verify.flash_attn,
+                         type_k=verify.type_k, type_v=verify.type_v, offload_kqv=verify.offload_kqv,
+                         load_mode=verify.load_mode)
+
+
+def run_bench_child(model_path: Path, ngl: int, settings: BenchSettings, n_prompt: int, n_gen: int, repetitions: int,
+                    site_dir: Path, log_file: Path, timeout: float, python: str = sys.executable,
+                    extra_env: dict[str, str] | None = None, depths: list[int] | None = None) -> ChildOutcome:
+    """One throughput measurement in a child: ``settings`` go to it as JSON, their variables into its environment."""
+    args = ["bench", str(model_path), str(ngl), str(settings.threads), str(n_prompt), str(n_gen), str(repetitions),
+            settings.to_json(), ",".join(map(str, depths or [0]))]
+    expected = ("cpu-only-build",) if ngl == 0 else ()
+    return run_child(args, site_dir, log_file, timeout, python, expected=expected,
+                     extra_env={**(extra_env or {}), **dict(settings.env)})
 
 
 def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys.executable,
@@ -376,7 +401,7 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
     return result
 
 
-def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Callable[[Path, list[int], int], LlamaBench]:
+def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Callable[[Path, list[int], BenchSettings], LlamaBench]:
     """llama-bench from the wheel's own source tree and CMake arguments, measuring what verify measures."""
     import os
 
@@ -385,11 +410,11 @@ def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Callable[[Pa
 
     params = run.params()
 
-    def measure(model: Path, layer_counts: list[int], threads: int) -> LlamaBench:
+    def measure(model: Path, layer_counts: list[int], settings: BenchSettings) -> LlamaBench:
         tree = stable_tree(build.source, params.cache_dir)
         return measure_with_llama_bench(
             tree, plan.cmake_args, {**os.environ, **plan.build_env()}, params.cache_dir, build.fingerprint, model,
-            layer_counts, threads, params.verify.prompt_tokens, params.verify.gen_tokens, params.verify.repetitions,
-            run.layout.llama_bench_log(build.attempt), params.verify.timeout_s)
+            layer_counts, settings, params.verify.prompt_tokens, params.verify.gen_tokens, params.verify.repetitions,
+            run.layout.llama_bench_log(build.attempt), params.verify.timeout_s, getattr(plan, "ccache_remote", ""))
 
     return measure
