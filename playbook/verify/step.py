@@ -227,6 +227,9 @@ def run_verify(
     for point in result.points:
         if point.ratio_note:
             log(f"  n_gpu_layers={point.n_gpu_layers} against llama-bench: {point.ratio_note}")
+    if params.verify.tune and any(p.status == "ok" for p in result.points):
+        result.tune = run_tune(layout, attempt, result, params, model_path, n_layer, gpu_offload, settings, site_dir,
+                               timeout, python, extra_env, log)
     result.csv_file = write_sweep_csv(result.points, layout.throughput(attempt, ".csv")).name
     title = f"{model_path.name} · llama-cpp-python {probe.result['version']} · {threads} threads"
     stem = layout.throughput(attempt, "")
@@ -237,6 +240,52 @@ def run_verify(
     result.ok = bool(measured) and not result.findings and agreement_ok
     result.summary = _summary(result, gpu_offload)
     return result
+
+
+def run_tune(layout: Layout, attempt: int, result: VerifyResult, params: Params, model_path: Path, n_layer: int,
+             gpu_offload: bool, settings: BenchSettings, site_dir: Path, timeout: float, python: str,
+             extra_env: dict[str, str], log: Callable[[str], None]) -> Any:
+    """verify.tune: the search of :mod:`playbook.verify.tune`, each trial a child like the sweep's points;
+    writes ``tune-attempt-N.json`` and the report ``tune-attempt-N.md``."""
+    from playbook.serialization import write_json
+    from playbook.verify.tune import report_markdown, trial_from_child, tune
+    from playbook.verify.yardsticks import run_llama_bench
+
+    verify = params.verify
+    depths = list(verify.tune_depths)
+    logs = layout.verify_logs(attempt)
+    counter = iter(range(1, 10_000))
+
+    def measure(candidate: BenchSettings, ngl: int, label: str):  # type: ignore[no-untyped-def]
+        log_file = logs / f"tune-ngl-{ngl}-{next(counter):03d}.log"
+        outcome = run_bench_child(model_path, ngl, candidate, verify.prompt_tokens, verify.gen_tokens,
+                                  verify.repetitions, site_dir, log_file, timeout * len(depths), python, extra_env,
+                                  depths)
+        trial = trial_from_child(label, ngl, candidate, outcome.status, outcome.result, log_file.name)
+        log(f"  {label}: {outcome.status} " + " ".join(
+            f"d{d} pp {r['pp']:.1f} tg {r['tg']:.1f}" for d, r in trial.rates.items()))
+        return trial
+
+    bench = None
+    if result.llama_bench and result.llama_bench.ok and result.llama_bench.binary:
+        binary = Path(result.llama_bench.binary)
+
+        def bench(candidate: BenchSettings, ngl: int, bench_depths: list[int]):  # type: ignore[no-untyped-def]
+            points, _, error = run_llama_bench(binary, model_path, [ngl], candidate, verify.prompt_tokens,
+                                               verify.gen_tokens, verify.repetitions, layout.llama_bench_log(attempt),
+                                               timeout * len(bench_depths), bench_depths)
+            if error:
+                raise RuntimeError(error)
+            return points
+
+    tuned = tune(str(model_path), n_layer, gpu_offload, settings.threads, default_threads(), depths,
+                 verify.prompt_tokens, verify.gen_tokens, verify.repetitions, measure, verify.gpu_memory_budget,
+                 {p.n_gpu_layers: p.gpu_memory_mib for p in result.points if p.status == "ok"}, bench, log)
+    report = layout.tune(attempt, ".md")
+    report.write_text(report_markdown(tuned), encoding="utf-8")
+    tuned.report_file = report.name
+    write_json(tuned, layout.tune(attempt, ".json"))
+    return tuned
 
 
 def bench_settings(params: Params, threads: int) -> BenchSettings:
