@@ -199,3 +199,6 @@ def test_a_ccache_without_redis_keeps_the_cache_local(this_machine):
     assert "ccache-remote-unsupported" in plan.warning_codes()
     plan = configure(facts, load_params(None, ["backend=cpu", "build.ccache_remote=http://cache:8080/objects"]))
     assert plan.ccache_remote == "http://cache:8080/objects"
+    facts.ccache = dc.replace(facts.ccache, found=False, path="")
+    plan = configure(facts, load_params(None, ["backend=cpu", "build.ccache_remote=redis://cache:6379"]))
+    assert plan.ccache == "" and "ccache-remote-unsupported" in plan.warning_codes()

