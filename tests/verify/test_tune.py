@@ -123,3 +123,20 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
     saved = json.loads(layout.tune(1, ".json").read_text())
     assert saved["targets"][0]["llama_kwargs"]["n_gpu_layers"] == "0"
     assert (layout.verify_logs(1) / target.trials[0].log_file).is_file()
+
+
+def test_playbook_report_shows_the_tuning_report(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from playbook.interfaces.report import write_report
+    from playbook.runfolder.layout import Layout
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "outputs" / "reference" / "20261122T031414Z-vm", run)
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, synthetic_speed, log=lambda line: None)
+    Layout(run).tune(1, ".md").write_text(report_markdown(result))
+    Layout(run).tune(1, ".json").write_text("{}")
+    index = Path(write_report(run, str(tmp_path / "report")))
+    html = index.read_text()
+    assert "<h2>Runtime tuning</h2>" in html and "llm = llama_cpp.Llama(model_path=&#39;/models/m.gguf&#39;" in html
