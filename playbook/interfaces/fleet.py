@@ -53,11 +53,23 @@ class FleetRow:
     run_dir: str
 
 
-def expand_run_dirs(patterns: list[str]) -> list[Path]:
+def expand_run_dirs(patterns: list[str], downloads: Path | None = None) -> list[Path]:
     """Run folders named or matched by glob patterns, in order, each once; a folder without
-    ``run.json`` is skipped unless named exactly (then it is an error)."""
+    ``run.json`` is skipped unless named exactly (then it is an error). An ``s3://`` pattern's runs are
+    copied into ``downloads/<run id>/`` first (default: a ``runs`` folder in the working directory)."""
+    from playbook.runfolder.remote import check_remote, download_run, is_remote, list_runs
+
     found: list[Path] = []
     for pattern in patterns:
+        check_remote(pattern)
+        if is_remote(pattern):
+            urls = list_runs(pattern)
+            if not urls and not glob.has_magic(pattern):
+                raise PlaybookError(f"{pattern} is not a run folder (no run.json)")
+            folder = Path(downloads or "runs")
+            matches = [download_run(url, folder / url.rstrip("/").rsplit("/", 1)[-1]) for url in urls]
+            found += [m for m in matches if m.resolve() not in {p.resolve() for p in found}]
+            continue
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         for match in map(Path, matches):
             if not RunFolder(match).exists():

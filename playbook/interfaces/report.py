@@ -65,6 +65,7 @@ class RunSummary:
     plot_alt: str = ""  # what the plot shows, in words
     check_lines: list[str] = field(default_factory=list)
     check_ok: bool = False
+    tune_text: str = ""  # the newest tune-attempt-N.md (verify.tune)
 
     @property
     def toolkit(self) -> Any:
@@ -108,6 +109,8 @@ def read_summary(run_dir: Path) -> RunSummary:
         if verified else "",
         check_lines=check.lines(),
         check_ok=check.ok,
+        tune_text=next((layout.tune(n, ".md").read_text(encoding="utf-8") for n in reversed(layout.attempts("tune"))
+                        if layout.tune(n, ".md").is_file()), ""),
     )
 
 
@@ -193,6 +196,9 @@ _TEMPLATES = {
 
 <h2>Throughput</h2>
 {% if plot %}<img alt="{{ s.plot_alt }}" src="data:image/png;base64,{{ plot }}">{% else %}<p>No plot: no verify sweep ran.</p>{% endif %}
+{% for a in s.attempts if a.verify %}{% for p in a.verify.points if p.ratio_note %}<p>attempt {{ a.attempt }}, n_gpu_layers={{ p.n_gpu_layers }} against llama-bench: {{ p.ratio_note }}</p>{% endfor %}{% endfor %}
+{% if s.tune_text %}<h2>Runtime tuning</h2>
+<pre>{{ s.tune_text }}</pre>{% endif %}
 
 <h2>Executed notebooks</h2>
 <table><tr><th>step</th><th>attempt</th><th>outcome</th><th>time</th><th>notebook</th></tr>

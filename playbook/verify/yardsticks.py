@@ -4,6 +4,7 @@ wheel, as the yardstick for verify's throughput measurements."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from playbook.steps.caches import ccache_env
+from playbook.verify.settings import BenchSettings
 
 # What the binding's build leaves out and llama-bench does not need either.
 TOOL_ONLY_ARGS = [
@@ -31,6 +33,7 @@ class BenchPoint:
     n_tokens: int
     tokens_per_s: float
     stdev: float
+    depth: int = 0  # tokens in the KV cache before the test (llama-bench's n_depth)
 
 
 @dataclass
@@ -42,16 +45,24 @@ class LlamaBench:
     log_file: str = ""
     points: list[BenchPoint] = field(default_factory=list)
     error: str = ""
+    settings: BenchSettings | None = None  # what llama-bench ran with (the binding's own, passed as arguments)
+    command: list[str] = field(default_factory=list)
 
-    def rate(self, test: str, n_gpu_layers: int) -> float | None:
-        return next((p.tokens_per_s for p in self.points if p.test == test and p.n_gpu_layers == n_gpu_layers), None)
+    def point(self, test: str, n_gpu_layers: int, depth: int = 0) -> BenchPoint | None:
+        return next((p for p in self.points if p.test == test and p.n_gpu_layers == n_gpu_layers and p.depth == depth),
+                    None)
+
+    def rate(self, test: str, n_gpu_layers: int, depth: int = 0) -> float | None:
+        point = self.point(test, n_gpu_layers, depth)
+        return point.tokens_per_s if point else None
 
 
 def build_llama_bench(tree: Path, cmake_args: list[str], env: dict[str, str], build_dir: Path, log_file: Path,
-                      cache_dir: Path | None, timeout_s: float = 1800) -> tuple[Path | None, float]:
+                      cache_dir: Path | None, timeout_s: float = 1800,
+                      ccache_remote: str = "") -> tuple[Path | None, float]:
     """Configure ``vendor/llama.cpp`` with the wheel's CMake arguments and build the llama-bench target."""
     cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or shutil.which("cmake") or "cmake"
-    build_env = {**env, **(ccache_env(cache_dir) if cache_dir else {})}
+    build_env = {**env, **(ccache_env(cache_dir, ccache_remote) if cache_dir else {})}
     started = time.monotonic()
     with log_file.open("w") as log:
         for command in (
@@ -77,17 +88,26 @@ def parse_llama_bench_json(text: str) -> list[BenchPoint]:
         test = "pp" if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0 else "tg"
         n_tokens = row["n_prompt"] if test == "pp" else row["n_gen"]
         points.append(BenchPoint(int(row["n_gpu_layers"]), test, int(n_tokens), float(row["avg_ts"]),
-                                 float(row.get("stddev_ts", 0.0))))
+                                 float(row.get("stddev_ts", 0.0)), int(row.get("n_depth", 0))))
     return points
 
 
-def run_llama_bench(binary: Path, model: Path, layer_counts: list[int], threads: int, n_prompt: int, n_gen: int,
-                    repetitions: int, log_file: Path, timeout_s: float) -> tuple[list[BenchPoint], float, str]:
-    command = [str(binary), "-m", str(model), "-ngl", ",".join(map(str, layer_counts)), "-p", str(n_prompt),
-               "-n", str(n_gen), "-r", str(repetitions), "-t", str(threads), "-o", "json"]
+def llama_bench_command(binary: Path, model: Path, layer_counts: list[int], settings: BenchSettings, n_prompt: int,
+                        n_gen: int, repetitions: int, depths: list[int] | None = None) -> list[str]:
+    """llama-bench with every setting the binding's measurement uses, given explicitly."""
+    return [str(binary), "-m", str(model), "-ngl", ",".join(map(str, layer_counts)), "-p", str(n_prompt),
+            "-n", str(n_gen), "-r", str(repetitions), *settings.llama_bench_args(),
+            "-d", ",".join(map(str, depths or [0])), "-o", "json"]
+
+
+def run_llama_bench(binary: Path, model: Path, layer_counts: list[int], settings: BenchSettings, n_prompt: int,
+                    n_gen: int, repetitions: int, log_file: Path, timeout_s: float,
+                    depths: list[int] | None = None) -> tuple[list[BenchPoint], float, str]:
+    command = llama_bench_command(binary, model, layer_counts, settings, n_prompt, n_gen, repetitions, depths)
+    env = {**os.environ, **dict(settings.env)}
     started = time.monotonic()
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return [], time.monotonic() - started, f"llama-bench gave no result within {timeout_s:.0f} s"
     with log_file.open("a") as log:
@@ -98,13 +118,16 @@ def run_llama_bench(binary: Path, model: Path, layer_counts: list[int], threads:
 
 
 def measure_with_llama_bench(tree: Path, cmake_args: list[str], env: dict[str, str], cache_dir: Path,
-                             build_key: str, model: Path, layer_counts: list[int], threads: int, n_prompt: int,
-                             n_gen: int, repetitions: int, log_file: Path, timeout_s: float) -> LlamaBench:
-    build_dir = cache_dir / "bench-build" / build_key[:16]
-    binary, build_s = build_llama_bench(tree, cmake_args, env, build_dir, log_file, cache_dir)
+                             build_key: str, model: Path, layer_counts: list[int], settings: BenchSettings,
+                             n_prompt: int, n_gen: int, repetitions: int, log_file: Path, timeout_s: float,
+                             ccache_remote: str = "") -> LlamaBench:
+    binary, build_s = build_llama_bench(tree, cmake_args, env, cache_dir / "bench-build" / build_key[:16], log_file,
+                                        cache_dir, ccache_remote=ccache_remote)
     if binary is None:
         return LlamaBench(False, build_s=round(build_s, 1), log_file=log_file.name,
-                          error="llama-bench did not build; see the log")
-    points, run_s, error = run_llama_bench(binary, model, layer_counts, threads, n_prompt, n_gen, repetitions,
+                          error="llama-bench did not build; see the log", settings=settings)
+    points, run_s, error = run_llama_bench(binary, model, layer_counts, settings, n_prompt, n_gen, repetitions,
                                            log_file, timeout_s)
-    return LlamaBench(not error, str(binary), round(build_s, 1), round(run_s, 1), log_file.name, points, error)
+    command = llama_bench_command(binary, model, layer_counts, settings, n_prompt, n_gen, repetitions)
+    return LlamaBench(not error, str(binary), round(build_s, 1), round(run_s, 1), log_file.name, points, error,
+                      settings, command)

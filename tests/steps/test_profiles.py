@@ -21,6 +21,14 @@ def test_cuda_native_on_the_gpu_machine():
     assert plan.backend == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=90" in plan.cmake_args and plan.warnings == []
 
 
+def test_gpu_tune_plans_the_gpu_machine_s_build_and_tunes_the_7b():
+    params = profile("gpu-tune")
+    plan = configure(machine("gpu-machine-h200"), params)
+    assert plan.backend == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=90" in plan.cmake_args
+    assert (params.model.shape, params.model.quant) == ("7b", "Q4_0")
+    assert params.verify.tune and params.verify.llama_bench and params.verify.tune_depths == [0, 4096]
+
+
 def test_cuda_portable_checks_every_architecture():
     plan = configure(machine("wsl2-3090"), profile("cuda-portable"))
     assert "-DCMAKE_CUDA_ARCHITECTURES=86;89;120" in plan.cmake_args and "-DGGML_NATIVE=OFF" in plan.cmake_args

@@ -52,6 +52,7 @@ class BuildPlan:
     cuda_architectures: str = ""
     gpu_targets: str = ""  # HIP: the gfx targets (AMDGPU_TARGETS)
     ccache: str = ""  # the ccache binary put in front of the compilers; "" for none
+    ccache_remote: str = ""  # ccache's remote storage (CCACHE_REMOTE_STORAGE) shared with other machines
     wheel_cache: bool = True
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)

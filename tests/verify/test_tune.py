@@ -1,0 +1,142 @@
+"""verify.tune: the search, the offload levels, the side-by-side gain and the report; on CPU with the real wheel."""
+
+from __future__ import annotations
+
+import json
+
+from playbook.verify.settings import BenchSettings, llama_class_defaults
+from playbook.verify.tune import (
+    CUDA_GRAPHS_OFF,
+    TuneTrial,
+    alternatives,
+    offload_targets,
+    report_markdown,
+    search,
+    side_by_side,
+    tune,
+)
+from playbook.verify.yardsticks import BenchPoint
+
+DEPTHS = ("0", "4096")
+
+
+def synthetic_speed(settings: BenchSettings, ngl: int, label: str) -> TuneTrial:
+    """A made-up machine: flash attention pays at depth, a larger micro-batch speeds prompts, CUDA graphs help
+    generation, a q8_0 KV cache changes nothing, fewer threads are slower."""
+    rates = {}
+    for depth in DEPTHS:
+        pp, tg = 1000.0, 100.0
+        if settings.flash_attn == "on":
+            pp, tg = pp * (1.05 if depth == "0" else 1.25), tg * (1.0 if depth == "0" else 1.15)
+        pp *= {256: 0.9, 512: 1.0, 1024: 1.08, 2048: 1.09}[settings.n_ubatch]
+        tg *= 0.97 if CUDA_GRAPHS_OFF in settings.env else 1.0
+        pp, tg = pp * settings.threads / 8, tg * settings.threads / 8
+        rates[depth] = {"pp": pp, "tg": tg}
+    return TuneTrial(label, ngl, settings, "ok", rates)
+
+
+def test_the_search_keeps_what_is_faster():
+    defaults = llama_class_defaults(8)
+    best, trials = search(defaults, 33, synthetic_speed, gpu=True, layers_on_cpu=False, cores=8)
+    assert trials[0].label == "defaults (Llama())" and trials[0].score == 1.0
+    assert best.flash_attn == "on" and best.n_ubatch == 1024 and best.n_batch == 2048
+    assert best.env == () and best.threads == 8  # graphs stay on; threads are not searched at full offload
+    assert best.type_k == "f16"  # q8_0 was tried (flash attention on by then) and gained nothing
+    labels = [t.label for t in trials]
+    assert "type_k=q8_0 type_v=q8_0" in labels and "CUDA graphs off" in labels
+    assert not any(label.startswith("threads=") for label in labels)
+
+
+def test_what_is_tried_depends_on_the_machine():
+    fa_off = BenchSettings(4, flash_attn="off")
+    kv = [label for label, _ in alternatives("kv_cache", fa_off, gpu=False, layers_on_cpu=True, cores=4)]
+    assert kv == ["type_k=q8_0 type_v=f16"]  # a quantized V cache needs flash attention
+    assert alternatives("cuda_graphs", fa_off, gpu=False, layers_on_cpu=True, cores=4) == []
+    assert alternatives("offload_kqv", fa_off, gpu=False, layers_on_cpu=True, cores=4) == []
+    threads = [s.threads for _, s in alternatives("threads", fa_off, gpu=False, layers_on_cpu=True, cores=4)]
+    assert threads == [2, 3]  # 4 is the current count
+
+
+def test_offload_levels_follow_the_memory_budget():
+    measured = {0: 200.0, 7: 900.0, 13: 1600.0, 33: 4000.0}
+    assert offload_targets(32, True, 0, measured) == [(33, "full offload")]
+    targets = offload_targets(32, True, 2000, measured)
+    assert targets[0] == (33, "full offload") and targets[1][0] == 13 and "2000 MiB" in targets[1][1]
+    assert offload_targets(32, False, 2000, measured) == [(0, "no GPU offload: a CPU-only build")]
+
+
+def test_side_by_side_measures_both_alternately():
+    order = []
+
+    def measure(settings, ngl, label):
+        order.append(label)
+        return synthetic_speed(settings, ngl, label)
+
+    rows = side_by_side(llama_class_defaults(8), llama_class_defaults(8).replace(flash_attn="on"), 33, measure)
+    assert order == ["side by side 1: defaults", "side by side 1: tuned", "side by side 2: defaults",
+                     "side by side 2: tuned"]
+    deep_pp = next(r for r in rows if r.depth == 4096 and r.test == "pp")
+    assert deep_pp.gain == 1.25
+
+
+def test_the_report_gives_kwargs_environment_gain_and_llama_bench():
+    def bench(settings, ngl, depths):
+        fast = 1.2 if settings.flash_attn == "on" else 1.0
+        return [BenchPoint(ngl, test, 512, rate * fast, 1.0, depth) for depth in depths
+                for test, rate in (("pp", 900.0), ("tg", 90.0))]
+
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, synthetic_speed, 2000,
+                  {13: 1600.0, 33: 4000.0}, bench, log=lambda line: None)
+    assert [t.n_gpu_layers for t in result.targets] == [33, 13]
+    full = result.targets[0]
+    assert full.llama_kwargs["flash_attn"] == "True" and full.llama_kwargs["n_gpu_layers"] == "33"
+    assert result.best_gain(4096) >= 1.10
+    text = report_markdown(result)
+    assert "llm = llama_cpp.Llama(model_path='/models/m.gguf', n_gpu_layers=33, " in text
+    assert "flash_attn=True" in text and "Goal 1.10× at depth 4096 in pp or tg: met" in text
+    assert "| 4096 | tg | 115.0 |" not in text  # defaults first: 100.0, tuned 115.0
+    assert "| 4096 | tg | 100.0 | 115.0 | 1.150× | 90.0 | 108.0 | 1.200× |" in text
+    assert "## n_gpu_layers=13: the largest measured offload within verify.gpu_memory_budget" in text
+    assert "Environment: nothing to set." in text
+
+
+def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
+    """verify.tune: true on the CPU wheel and the tiny model: every trial a child, the report in the run folder."""
+    from playbook.params import PARAMS_DIR, load_params
+    from playbook.runfolder.layout import Layout
+    from playbook.verify.step import run_verify
+
+    params = load_params(PARAMS_DIR / "cpu.yaml", [
+        f"model.path={tiny_f16_model}", "model.quant=F16", "verify.tune=true", "verify.tune_depths=[0, 32]",
+        "verify.prompt_tokens=32", "verify.gen_tokens=8", "verify.repetitions=2", "verify.threads=2"])
+    layout = Layout(tmp_path / "run")
+    result = run_verify(layout, cpu_wheel, params, tmp_path, expect_gpu=False, cache_dir=tmp_path / "cache",
+                        log=lambda line: None)
+    assert result.tune is not None, result.summary
+    (target,) = result.tune.targets
+    assert target.n_gpu_layers == 0 and not target.error
+    assert all(t.status == "ok" for t in target.trials), [(t.label, t.status) for t in target.trials]
+    assert {t.label for t in target.trials} >= {"defaults (Llama())", "flash_attn=on", "threads=1"}
+    assert {(r.depth, r.test) for r in target.gains} == {(0, "pp"), (0, "tg"), (32, "pp"), (32, "tg")}
+    report = layout.tune(1, ".md").read_text()
+    assert "## n_gpu_layers=0: no GPU offload" in report and "llm = llama_cpp.Llama(" in report
+    saved = json.loads(layout.tune(1, ".json").read_text())
+    assert saved["targets"][0]["llama_kwargs"]["n_gpu_layers"] == "0"
+    assert (layout.verify_logs(1) / target.trials[0].log_file).is_file()
+
+
+def test_playbook_report_shows_the_tuning_report(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from playbook.interfaces.report import write_report
+    from playbook.runfolder.layout import Layout
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "outputs" / "reference" / "20261122T031414Z-vm", run)
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, synthetic_speed, log=lambda line: None)
+    Layout(run).tune(1, ".md").write_text(report_markdown(result))
+    Layout(run).tune(1, ".json").write_text("{}")
+    index = Path(write_report(run, str(tmp_path / "report")))
+    html = index.read_text()
+    assert "<h2>Runtime tuning</h2>" in html and "llm = llama_cpp.Llama(model_path=&#39;/models/m.gguf&#39;" in html
