@@ -38,6 +38,11 @@ glslc --version | head -1 || { log "the carried glslc does not start on this mac
 devices=$("$python" playbook/child_scripts/vulkan_devices.py)
 if ! grep -q '"discrete"' <<<"$devices"; then
   # The loader found no NVIDIA device where it looks by default: try where NVIDIA's container runtime puts the ICD.
+  # NVIDIA's ICD (libGLX_nvidia) hands out vkCreateInstance only with the GL vendor-neutral libraries beside it
+  # (libEGL, libGLX, libOpenGL from the carried libglvnd packages) and its EGL vendor file named.
+  for vendor in /usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json /usr/share/glvnd/egl_vendor.d/10_nvidia.json; do
+    if [ -f "$vendor" ]; then export __EGL_VENDOR_LIBRARY_FILENAMES="$vendor"; break; fi
+  done
   for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
              /etc/vulkan/icd.d/nvidia_icd.json; do
     if [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd" VK_ICD_FILENAMES="$icd"; break; fi
@@ -54,7 +59,7 @@ export PYTHONPATH="$bundle/site:$PWD" PATH="$bundle/site/bin:$PATH"
 # 3. Two runs of the chain: one source tree, one model, one cache folder (the model is written once).
 common=(--params params/gpu-reference.yaml --set source.kind=path --set "source.path=$bundle"
         --set verify.llama_bench=false --set "build.cache_dir=$work/cache")
-for backend in cuda vulkan; do
+for backend in ${GPU_BACKENDS:-cuda vulkan}; do
   log "playbook run --set backend=$backend"
   "$python" -m playbook run "${common[@]}" --set "backend=$backend" --output "$work/runs/$backend"
   log "backend=$backend: exit status $?"
@@ -65,7 +70,7 @@ done
 log "compare: exit status $?"
 
 # 5. What comes back: the run folders without their wheels, the figure and the tables.
-for backend in cuda vulkan; do
+for backend in ${GPU_BACKENDS:-cuda vulkan}; do
   for run in "$work/runs/$backend"/*/; do
     tar -C "$work/runs/$backend" --exclude wheelhouse -czf "$results/$backend-run.tar.gz" "$(basename "$run")"
   done

@@ -5,7 +5,8 @@
 #                  (shaderc 2025.2, which knows the cooperative-matrix GLSL extensions llama.cpp's NVIDIA shaders use;
 #                  Debian 12's 2023.2 does not) and the SPIR-V headers. They need glibc 2.38 and libstdc++ 3.4.32
 #                  (Ubuntu 24.04 has both); gpu-vulkan-vs-cuda.sh checks that glslc starts before building. Also
-#                  Debian 12's libglvnd0, for a machine whose NVIDIA driver came without it.
+#                  Debian 12's libglvnd libraries (libGLdispatch, libEGL, libGLX, libOpenGL, libGL, libGLESv2), for a
+#                  machine whose NVIDIA driver came without them: its Vulkan ICD needs them.
 # Downloads are cached (sha256 checked) under $LLAMA_PLAYBOOK_CACHE/downloads. Prints the sizes: the working tree
 # and these folders travel together, within 64 MiB.
 set -euo pipefail
@@ -20,6 +21,12 @@ packages=(
   "s/spirv-headers/spirv-headers_1.6.1+1.4.309.0-1_all.deb dc18db866d63680351c40ac6b6bece34cb52da64a7799ce1cc4f16f6bff4d064"
   # libGLdispatch, which NVIDIA's Vulkan driver library (libGLX_nvidia.so.0) links against; Debian 12's build
   "libg/libglvnd/libglvnd0_1.6.0-1_amd64.deb b6da5b153dd62d8b5e5fbe25242db1fc05c068707c365db49abda8c2427c75f8"
+  # libEGL, libGLX, libOpenGL, libGL, libGLESv2: without them NVIDIA's ICD gives the loader no vkCreateInstance
+  "libg/libglvnd/libegl1_1.6.0-1_amd64.deb fe4d8b39f6e6fe1a32ab1efd85893553eaa9cf3866aa668ccf355f585b37d523"
+  "libg/libglvnd/libglx0_1.6.0-1_amd64.deb 95f568df73dedf43ae66834a75502112e0d4f3ad7124f3dbfa790b739383b896"
+  "libg/libglvnd/libopengl0_1.6.0-1_amd64.deb dc71cb5aaddeb8b09b3d63b8426fd651d8c79ad55b23dbe640c1abbc94c85013"
+  "libg/libglvnd/libgl1_1.6.0-1_amd64.deb 6f89b1702c48e9a2437bb3c1ffac8e1ab2d828fc28b3d14b2eecd4cc19b2c790"
+  "libg/libglvnd/libgles2_1.6.0-1_amd64.deb 07b2f51b8aa3c8d6d928133cd46087bd8793d0d67c203f09fc289d45a2cf5f47"
 )
 mkdir -p "$cache" .carry
 rm -rf .carry/vulkan && mkdir .carry/vulkan

@@ -40,6 +40,7 @@ class Remedy:
     extra_packages: tuple[str, ...] = ()
     build_isolation: bool | None = None
     use_detected_arch: bool = False  # replace CMAKE_CUDA_ARCHITECTURES with the GPU's own
+    backends: tuple[str, ...] = ()  # the plan backends it applies to; empty: any
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Remedy:
@@ -55,6 +56,7 @@ class Remedy:
             extra_packages=tuple(data.get("extra_packages", ())),
             build_isolation=data.get("build_isolation"),
             use_detected_arch=bool(data.get("use_detected_arch", False)),
+            backends=tuple(data.get("backends", ())),
         )
 
 

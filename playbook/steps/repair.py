@@ -89,7 +89,7 @@ def apply_remedies(
     known = set(knowledge.ids)
     for finding in findings:
         remedy = knowledge.get(finding.id).remedy if finding.id in known else None
-        if remedy is None:
+        if remedy is None or (remedy.backends and plan.backend.value not in remedy.backends):
             continue
         before = dataclasses.asdict(new)
         for pattern in remedy.cmake_args_remove:

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import H100, RTX_4070, make_facts, toolkit
 
 from playbook.knowledge.compatibility import toolkit_supports_arch
 from playbook.knowledge.failures import Finding
-from playbook.params import load_params
+from playbook.params import Backend, load_params
 from playbook.steps.configure import configure, parallel_jobs
 from playbook.steps.detect import Gpu, NvidiaDriver
 from playbook.steps.repair import apply_remedies
@@ -103,6 +105,16 @@ def test_remedies_change_the_plan(this_machine):
     assert fixed.jobs == max(1, plan.jobs // 2)
     assert fixed.remedies_applied == ["deprecated-cuda-flag", "cuda-arch-unsupported", "compiler-out-of-memory"]
     assert plan.attempt == 1 and "-DLLAMA_CUBLAS=on" in plan.cmake_args  # the old plan is untouched
+
+
+def test_a_cuda_remedy_is_not_applied_to_another_backends_plan(this_machine):
+    """Seen on the GPU machine: a Vulkan wheel whose loader found no device was 'repaired' with GGML_CUDA=on."""
+    cuda = configure(make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")], driver=DRIVER_580),
+                     load_params(None, ["backend=cuda", "cuda.architectures=90"]))
+    cpu_only_cuda = dataclasses.replace(cuda, cmake_args=[a for a in cuda.cmake_args if a != "-DGGML_CUDA=on"])
+    assert apply_remedies(cpu_only_cuda, [finding("cpu-only-build")], this_machine).remedies_applied == ["cpu-only-build"]
+    vulkan = dataclasses.replace(cuda, backend=Backend.VULKAN, cmake_args=["-DGGML_VULKAN=on"])
+    assert apply_remedies(vulkan, [finding("cpu-only-build")], this_machine) is None
 
 
 def test_no_remedy_means_no_new_plan(this_machine):
