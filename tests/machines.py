@@ -35,11 +35,11 @@ from playbook.steps.detect import (
     parse_first_version,
     parse_hipconfig_version,
     parse_ldconfig,
-    parse_rocminfo,
-    parse_vulkaninfo_summary,
     parse_nvcc_version,
     parse_nvidia_smi_csv,
+    parse_rocminfo,
     parse_vswhere_json,
+    parse_vulkaninfo_summary,
 )
 
 DATA = Path(__file__).parent / "data"
