@@ -38,7 +38,7 @@ def test_overlay_series_reads_a_reference_run():
     assert series.backend == "cuda" and series.gpu == "NVIDIA H200"
     assert series.model == "playbook synthetic 1b Q8_0 seed 0" and series.model_bytes == 1174163072
     assert round(series.tg_limit) == 4100
-    assert [p.n_gpu_layers for p in series.points][0] == 0 and series.points[-1].n_gpu_layers == 17
+    assert series.points[0].n_gpu_layers == 0 and series.points[-1].n_gpu_layers == 17
 
 
 def test_overlay_of_cuda_and_vulkan_runs_is_one_figure(tmp_path):

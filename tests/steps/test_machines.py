@@ -8,7 +8,7 @@ from machines import machine
 
 from playbook.params import PARAMS_DIR, load_params
 from playbook.steps.configure import configure
-from playbook.steps.detect import VulkanHeaders
+from playbook.steps.detect import Tool, Vulkan, VulkanDevice, VulkanHeaders
 
 
 def text(plan) -> str:
@@ -194,3 +194,22 @@ def test_debian12_lavapipe_needs_newer_headers_then_sees_its_cpu_device():
     assert "-DVulkan_INCLUDE_DIR=/cache/vulkan-headers-1.4.309/usr/include" in plan.cmake_args
     assert plan.runtime_env == {"GGML_VK_VISIBLE_DEVICES": "0"}
     assert "export GGML_VK_VISIBLE_DEVICES=0" in plan.shell_commands["bash"]
+
+
+def test_h200_with_the_carried_vulkan_sdk_plans_both_backends():
+    """The GPU machine as scripts/gpu-vulkan-vs-cuda.sh prepares it: Debian 13's Vulkan packages unpacked into a
+    work folder that VULKAN_SDK names, NVIDIA's Vulkan driver seen through the API (no vulkaninfo there)."""
+    facts = machine("gpu-machine-h200")
+    sdk = "/tmp/gpu-vulkan-vs-cuda/vulkan-root/usr"
+    facts.vulkan = Vulkan(
+        loader=[f"{sdk}/lib/x86_64-linux-gnu/libvulkan.so.1"], instance_version="1.4.309", source="Vulkan API",
+        devices=[VulkanDevice(0, "NVIDIA H200", "discrete", "NVIDIA", "580.159.04", "1.4.312", "0x10de")],
+        glslc=Tool("glslc", True, f"{sdk}/bin/glslc", "2025.2"),
+        headers=[VulkanHeaders(f"{sdk}/include", "1.4.309", "VULKAN_SDK")],
+        spirv_headers=f"{sdk}/share/cmake/SPIRV-Headers/SPIRV-HeadersConfig.cmake")
+    auto = configure(facts, load_params(PARAMS_DIR / "gpu-reference.yaml"))
+    assert auto.backend == "cuda" and decisions(auto)["backend rejected:vulkan"] == "usable, but cuda is preferred"
+    plan = configure(facts, load_params(PARAMS_DIR / "gpu-reference.yaml", ["backend=vulkan"]))
+    assert plan.backend == "vulkan" and plan.blockers == [] and plan.warnings == [] and plan.runtime_env == {}
+    assert plan.cmake_args[:3] == ["-DGGML_VULKAN=on", f"-DVulkan_INCLUDE_DIR={sdk}/include",
+                                   f"-DSPIRV-Headers_DIR={sdk}/share/cmake/SPIRV-Headers"]

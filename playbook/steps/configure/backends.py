@@ -66,8 +66,9 @@ def _auto(planner: Planner, toolkit: CudaToolkit | None) -> tuple[Backend, CudaT
         candidates.append((Backend.CUDA, "", "no NVIDIA GPU visible" if not gpu else "no CUDA toolkit (nvcc) found"))
     rocm = facts.rocm
     if hip.usable(rocm):
-        candidates.append((Backend.HIP, f"{', '.join(g.name or g.gfx for g in rocm.gpus)} ({', '.join(rocm.gfx_targets)}) "
-                                        f"and ROCm {rocm.version or '?'} found", ""))
+        gpus = ", ".join(g.name or g.gfx for g in rocm.gpus)
+        found = f"{gpus} ({', '.join(rocm.gfx_targets)}) and ROCm {rocm.version or '?'} found"
+        candidates.append((Backend.HIP, found, ""))
     else:
         why = ("no ROCm (hipconfig) found" if not rocm.found else "rocminfo lists no AMD GPU" if not rocm.gpus
                else "no HIP compiler (ROCm's llvm/bin/clang)")
