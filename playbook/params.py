@@ -64,7 +64,8 @@ class SourceParams:
 class CudaParams:
     # "native": the detected GPU's compute capability; otherwise a CMake list such as "86;89;120".
     architectures: str = "native"
-    # "auto" picks a toolkit from detection; otherwise the toolkit's root folder.
+    # "auto" picks a toolkit from detection; "pypi:<release>" (e.g. pypi:13.0) assembles that release
+    # from NVIDIA's PyPI wheels in the playbook's cache; otherwise the toolkit's root folder.
     toolkit: str = "auto"
 
 
@@ -233,6 +234,13 @@ def check_params(params: Params) -> None:
             f"build.prebuilt_lib {params.build.prebuilt_lib!r} does not exist; give libllama.so / llama.dll "
             "or the folder holding it"
         )
+    if params.cuda.toolkit.lower().startswith("pypi:"):
+        from playbook.toolkits.pypi import ToolkitError, check_spec
+
+        try:
+            check_spec(params.cuda.toolkit)
+        except ToolkitError as err:
+            raise ParameterError(str(err)) from None
     if params.build.max_attempts < 1:
         raise ParameterError("build.max_attempts must be at least 1")
     if any(n < 0 for n in params.verify.n_gpu_layers):
