@@ -41,7 +41,7 @@ SPEC_PREFIX = "pypi:"
 PINS_FILE = "cuda_wheels.yaml"
 # What a toolkit of its own needs to build llama.cpp's CUDA backend.
 COMPILER_COMPONENTS = ("nvcc", "crt", "nvvm", "cudart", "cccl", "cublas")
-MARKER = "playbook-toolkit.json"  # written last: a root without it is incomplete
+MARKER = "playbook-toolkit.json"  # written last: a root without it is incomplete (detect looks for it)
 DOWNLOAD_TIMEOUT_S = 3600
 
 

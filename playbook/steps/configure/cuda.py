@@ -103,6 +103,7 @@ def choose_toolkit(facts: Facts, wanted: str, architectures: list[str] | None = 
         usable = [t for t in toolkits if version_tuple(t.version)[:2] <= limit] or toolkits
     if architectures:
         usable = [t for t in usable if all(toolkit_supports_arch(t.version, a)[0] for a in architectures)] or usable
+    usable = [t for t in usable if t.has_cublas and t.has_cccl] or usable
     return max(usable, key=lambda t: version_tuple(t.version), default=None)
 
 
