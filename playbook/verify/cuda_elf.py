@@ -91,6 +91,10 @@ def list_elf(site_dir: Path, cmake_architectures: str, toolkit_root: str, cache_
         result.error = f"cuobjdump exited with {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}"
         return result
     result.architectures, result.elf_files = parse_list_elf(done.stdout)
-    result.missing = [a for a in result.expected if not any(have.rstrip("af") == a.rstrip("af")
-                                                              for have in result.architectures)]
+    result.missing = missing_architectures(result.expected, result.architectures)
     return result
+
+
+def missing_architectures(expected: list[str], have: list[str]) -> list[str]:
+    """What ``expected`` asks for and ``have`` lacks; sm_120a (arch-specific) counts for sm_120."""
+    return [a for a in expected if not any(h.rstrip("af") == a.rstrip("af") for h in have)]
