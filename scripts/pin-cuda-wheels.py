@@ -26,6 +26,12 @@ RELEASES = {
     "13.0": "13.0.2", "13.1": "13.1.1", "13.2": "13.2.1", "13.3": "13.3.1", "13.4": "13.4.3", "13.5": "13.5.0",
 }
 EXTRAS = ("nvcc", "crt", "nvvm", "cudart", "cccl", "cublas", "cuobjdump")
+# The package each component is, whatever else its extra pulls in (13.2's "nvcc" extra also names
+# nvidia-nvvm and nvidia-cuda-crt, its "cublas" extra nvidia-cuda-nvrtc).
+PACKAGES = {"nvcc": "nvidia-cuda-nvcc", "crt": "nvidia-cuda-crt", "nvvm": "nvidia-nvvm", "cudart": "nvidia-cuda-runtime",
+            "cccl": "nvidia-cuda-cccl", "cublas": "nvidia-cublas", "cuobjdump": "nvidia-cuda-cuobjdump",
+            "nvrtc": "nvidia-cuda-nvrtc"}
+NV_TARGET = "include/nv/target"  # libcu++'s header that cuda_fp16.h includes
 REQUIREMENT = re.compile(r"^Requires-Dist: ([\w-]+)==([\w.]+?)(?:\.\*)?;.*extra == '(\w+)'", re.MULTILINE)
 OUT = Path(__file__).resolve().parent.parent / "playbook" / "knowledge" / "cuda_wheels.yaml"
 
@@ -40,7 +46,19 @@ def components(metapackage: str, folder: Path) -> dict[str, tuple[str, str]]:
     wheel = next(folder.glob(f"cuda_toolkit-{metapackage}-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         metadata = archive.read(f"cuda_toolkit-{metapackage}.dist-info/METADATA").decode()
-    return {extra: (name, version) for name, version, extra in REQUIREMENT.findall(metadata) if extra in EXTRAS}
+    wanted = {name.lower(): version for name, version, extra in REQUIREMENT.findall(metadata) if extra in EXTRAS}
+    found = {}
+    for component, package in PACKAGES.items():
+        for name in (package, package + "-cu12"):
+            if name in wanted:
+                found[component] = (name, wanted[name])
+    return found
+
+
+def has_nv_target(row: dict[str, str], folder: Path) -> bool:
+    pip("download", "--no-deps", "-d", str(folder), f"{row['package']}=={row['version']}")
+    with zipfile.ZipFile(folder / row["file"]) as archive:
+        return any(name.endswith(NV_TARGET) for name in archive.namelist())
 
 
 def pinned(requirements: list[str], folder: Path) -> list[dict[str, str]]:
@@ -63,26 +81,37 @@ def main() -> None:
         "# has_compiler: false where the release's nvidia-cuda-nvcc wheel ships ptxas, libnvvm and the crt",
         "# headers but no nvcc driver, cicc, cudafe++, fatbinary or nvlink (every 12.x line): such a release",
         "# gives components to add to an installed toolkit of the same version, never a toolkit of its own.",
-        "# tests/toolkits/test_pypi_network.py checks this table against the index and the wheels.",
+        "# A `note` marks a component taken from another release: PyPI's CCCL wheels of CUDA 12.0-12.4 lack",
+        "# libcu++'s <nv/target> (which their cuda_fp16.h includes), so those releases get the oldest CCCL",
+        "# wheel that has it (12.5's CCCL 2.4; CCCL supports every CUDA 12.x, github.com/NVIDIA/cccl README).",
+        "# tests/toolkits/test_cuda_tables_network.py checks the wheels against cuda.yaml.",
         "version: 1",
         "source: https://pypi.org/project/cuda-toolkit/ (extras of each release), https://pypi.org/simple/",
         "releases:",
     ]
+    n_header = len(lines)
+    complete_cccl: dict[str, str] | None = None
     with tempfile.TemporaryDirectory() as tmp:
-        for release, metapackage in RELEASES.items():
+        for release, metapackage in reversed(RELEASES.items()):  # newest first: the CCCL to fall back on
             found = components(metapackage, Path(tmp))
             rows = pinned([f"{name}=={version}" for name, version in found.values()], Path(tmp))
             by_name = {row["package"].lower().replace("_", "-"): row for row in rows}
-            lines.append(f"  \"{release}\":")
-            lines.append(f"    metapackage: cuda-toolkit=={metapackage}")
-            lines.append(f"    has_compiler: {'true' if release.startswith('13.') else 'false'}")
-            lines.append("    linux-x86_64:")
-            for extra in EXTRAS:
-                if extra not in found:
+            block = [f"  \"{release}\":", f"    metapackage: cuda-toolkit=={metapackage}",
+                     f"    has_compiler: {'true' if release.startswith('13.') else 'false'}", "    linux-x86_64:"]
+            for component in PACKAGES:
+                if component not in found:
                     continue
-                row = by_name[found[extra][0].lower()]
-                lines.append(f"      {extra}: {{package: {row['package']}, version: \"{row['version']}\", "
-                             f"file: {row['file']}, sha256: {row['sha256']}}}")
+                row, note = by_name[found[component][0].lower()], ""
+                if component == "cccl" and release.startswith("12."):
+                    if has_nv_target(row, Path(tmp)):
+                        complete_cccl = row
+                    elif complete_cccl is not None:
+                        note = (f", note: \"{row['package']} {row['version']} has no nv/target; "
+                                f"CCCL of {complete_cccl['version']} instead\"")
+                        row = complete_cccl
+                block.append(f"      {component}: {{package: {row['package']}, version: \"{row['version']}\", "
+                             f"file: {row['file']}, sha256: {row['sha256']}{note}}}")
+            lines[n_header:n_header] = block
             print(release, ", ".join(found), file=sys.stderr)
     OUT.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -40,7 +40,7 @@ from playbook.process import run_captured
 SPEC_PREFIX = "pypi:"
 PINS_FILE = "cuda_wheels.yaml"
 # What a toolkit of its own needs to build llama.cpp's CUDA backend.
-COMPILER_COMPONENTS = ("nvcc", "crt", "nvvm", "cudart", "cccl", "cublas")
+COMPILER_COMPONENTS = ("nvcc", "crt", "nvvm", "cudart", "cccl", "cublas", "nvrtc")
 MARKER = "playbook-toolkit.json"  # written last: a root without it is incomplete (detect looks for it)
 DOWNLOAD_TIMEOUT_S = 3600
 
@@ -56,6 +56,7 @@ class PinnedWheel:
     version: str
     file: str
     sha256: str
+    note: str = ""  # why this component comes from another release than its neighbours
 
     @property
     def requirement(self) -> str:
@@ -114,7 +115,8 @@ def releases(key: str | None = None) -> dict[str, Release]:
     key = key or platform_key()
     found: dict[str, Release] = {}
     for name, row in _pins_document()["releases"].items():
-        wheels = {component: PinnedWheel(component, str(w["package"]), str(w["version"]), str(w["file"]), str(w["sha256"]))
+        wheels = {component: PinnedWheel(component, str(w["package"]), str(w["version"]), str(w["file"]),
+                                         str(w["sha256"]), str(w.get("note", "")))
                   for component, w in (row.get(key) or {}).items()}
         if wheels:
             found[str(name)] = Release(str(name), str(row["metapackage"]), bool(row["has_compiler"]), wheels)

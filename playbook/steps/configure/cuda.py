@@ -160,7 +160,8 @@ def _missing_component(planner: Planner, toolkit: CudaToolkit, component: str, c
     request = pypi.component_request(toolkit.version, [component], toolkit.root)
     if request is not None and not pypi.is_pypi_spec(planner.params.cuda.toolkit):
         wheel = pypi.release(request.release).wheels[component]
-        planner.warn(code, f"{problem}; repair then adds {wheel.package}=={wheel.version} (CUDA {request.release}) from "
+        origin = f"; {wheel.note}" if wheel.note else ""
+        planner.warn(code, f"{problem}; repair then adds {wheel.package}=={wheel.version} (CUDA {request.release}{origin}) from "
                      f"PyPI to a copy of this toolkit and builds again; to skip the failed attempt, "
                      f"{component_fix(toolkit, component)}")
         return
