@@ -68,7 +68,7 @@ def test_nvcc_without_cccl_is_repaired_by_adding_cccl_of_the_same_release(ggml_t
     assert code != 0 and "nv/target: No such file or directory" in log
     findings = diagnose_text(log, stage="build", cuda_version="13.0.88")
     assert findings[0].id == "cccl-headers-missing" and findings[0].automatic
-    assert "cuda-cccl-13-0" in findings[0].fix and "nvidia-cuda-cccl`" not in findings[0].fix
+    assert "cuda-cccl-13-0" in findings[0].fix and "nvidia-cuda-cccl-cu12" not in findings[0].fix
 
     plan = configure(make_facts(this_machine, gpus=[]),
                      load_params(None, ["backend=cuda", "cuda.toolkit=pypi:13.0", "cuda.architectures=86"]))
