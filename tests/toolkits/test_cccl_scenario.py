@@ -60,7 +60,7 @@ def compile_sources(nvcc: str, tree: Path, out: Path) -> tuple[int, str]:
 @pytest.mark.slow
 def test_nvcc_without_cccl_is_repaired_by_adding_cccl_of_the_same_release(ggml_tree, this_machine, tmp_path):
     cache = Params().cache_dir
-    without = pypi.ToolkitRequest("13.0", ("nvcc", "crt", "nvvm", "cudart"))
+    without = pypi.ToolkitRequest("13.0", ("nvcc", "crt", "nvvm", "cudart", "cublas"))
     root = pypi.provision(without, cache).root
     nvcc = str(pypi.nvcc_of(Path(root)))
 
