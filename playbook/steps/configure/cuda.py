@@ -174,11 +174,10 @@ def component_fix(toolkit: CudaToolkit, component: str) -> str:
     major_minor = ".".join(toolkit.version.split(".")[:2])
     dash = major_minor.replace(".", "-")
     debian = {"cccl": f"cuda-cccl-{dash}", "cublas": f"libcublas-dev-{dash}"}[component]
-    suffix = "-cu12" if major_minor.startswith("12.") else ""
-    pip_name = {"cccl": f"nvidia-cuda-cccl{suffix}", "cublas": f"nvidia-cublas{suffix}"}[component]
     text = f"install {debian} (NVIDIA's apt repository for CUDA {major_minor})"
     if pypi.component_request(toolkit.version, [component], toolkit.root) is not None:
-        text += f" or pip's {pip_name}=={major_minor}.* into the toolkit"
+        wheel = pypi.release(major_minor).wheels[component]
+        text += f" or pip's {wheel.package}=={wheel.version} into the toolkit"
     if major_minor in pypi.compiler_releases():
         text += f", or set cuda.toolkit: pypi:{major_minor} (a whole CUDA {major_minor} from NVIDIA's PyPI wheels)"
     return text
