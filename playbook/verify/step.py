@@ -188,7 +188,9 @@ def run_verify(
     gpu_offload = built_for_gpu and gpu_present
     expected_here: tuple[str, ...] = ()
     if built_for_gpu and not gpu_present:
-        expected_here = ("no-gpu-visible", "cpu-only-build")
+        # Without a GPU (and usually without its driver) the CUDA backend says so when it initialises:
+        # "no CUDA-capable device", or cudaErrorInsufficientDriver when libcuda is absent.
+        expected_here = ("no-gpu-visible", "cpu-only-build", "driver-too-old")
         result.gpu_skipped = ("no NVIDIA GPU on this machine (detect found none): GPU/CPU logits agreement and the "
                               "offloaded-layer sweep were skipped; the wheel was imported and run on the CPU"
                               + (", and its GPU machine code listed with cuobjdump" if cuda_architectures else ""))
