@@ -158,7 +158,10 @@ def _plan(args: argparse.Namespace) -> int:
     from playbook.steps.configure import configure
     from playbook.steps.detect import detect
 
-    plan = configure(detect(), load_params(resolve_params_file(args.params) if args.params else None, args.overrides))
+    from playbook.toolkits.pypi import toolkits_dir
+
+    params = load_params(resolve_params_file(args.params) if args.params else None, args.overrides)
+    plan = configure(detect(toolkit_dirs=[toolkits_dir(params.cache_dir)]), params)
     print(plan_summary(plan))
     print()
     for decision in plan.decisions:
@@ -174,9 +177,11 @@ def _plan(args: argparse.Namespace) -> int:
 def _detect(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from playbook.params import Params
     from playbook.steps.detect import detect
+    from playbook.toolkits.pypi import toolkits_dir
 
-    print(json.dumps(dataclasses.asdict(detect()), indent=2))
+    print(json.dumps(dataclasses.asdict(detect(toolkit_dirs=[toolkits_dir(Params().cache_dir)])), indent=2))
     return 0
 
 

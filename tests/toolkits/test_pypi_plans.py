@@ -106,3 +106,16 @@ def test_host_compiler_too_new_moves_to_a_release_that_accepts_it(this_machine, 
     assert "host-compiler-unsupported" in plan.warning_codes()
     new = apply_remedies(plan, [finding("host-compiler-unsupported")], facts, cache_dir=tmp_path)
     assert new is not None and new.toolkit_request == pypi.full_request("pypi:13.0")
+
+
+def test_a_root_the_playbook_assembled_earlier_is_used_with_its_libraries(this_machine, tmp_path):
+    root = tmp_path / "toolkits" / "cuda-13.0-0123456789ab"
+    root.mkdir(parents=True)
+    (root / pypi.MARKER).write_text("{}")
+    cached = toolkit("13.0.88", root=str(root))
+    facts = make_facts(this_machine, gpus=[], toolkits=[toolkit("13.0.88", cublas=False), cached],
+                       driver=NvidiaDriver(False))
+    plan = configure(facts, load_params(None, ["backend=cuda", "cuda.architectures=90"]))
+    assert plan.cuda_toolkit == str(root), "a toolkit with cuBLAS is preferred over one without"
+    assert plan.runtime_env["LD_LIBRARY_PATH"] == str(root / "lib") and plan.toolkit_request is None
+    assert "cublas-missing" not in plan.warning_codes()

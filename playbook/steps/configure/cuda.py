@@ -124,7 +124,8 @@ def configure(planner: Planner) -> None:
     planner.decide("CUDACXX", planner.env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})")
     check_driver(planner, toolkit)
     check_components(planner, toolkit)
-    if planner.toolkit_request is not None and planner.platform != "windows":
+    from_pypi = planner.toolkit_request is not None or (Path(toolkit.root) / pypi.MARKER).is_file()
+    if from_pypi and planner.platform != "windows":
         use_toolkit_libraries(planner.runtime_env, toolkit.root)
         planner.decide("LD_LIBRARY_PATH", planner.runtime_env["LD_LIBRARY_PATH"],
                        "the wheel loads libcudart and libcublas from the assembled toolkit (no system CUDA); "
