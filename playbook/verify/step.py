@@ -176,16 +176,23 @@ def run_verify(
         _append_line(logs / "probe.log", line)
         findings.append(finding_for("foreign-llama-cpp", line, stage="import"))
     findings += prebuilt_lib_findings(result.library_file, runtime_env or {}, logs / "probe.log")
-    built_for_gpu = bool(probe.result and probe.result["supports_gpu_offload"])
-    log(f"imported llama_cpp {probe.result['version']}; GPU offload supported: {built_for_gpu}")
-    if expect_gpu and not built_for_gpu:
-        findings.append(finding_for("cpu-only-build", "llama_supports_gpu_offload() returned False", stage="import"))
     if cuda_architectures:
         result.cuda_elf = list_elf(site_dir, cuda_architectures, cuda_toolkit, cache_dir, logs / "cuobjdump.log")
         elf = result.cuda_elf
         log(f"machine code in {Path(elf.library).name or 'the wheel'}: {', '.join(elf.architectures) or 'none'}"
             + (f"; missing {', '.join(elf.missing)}" if elf.missing else "") + (f" ({elf.error})" if elf.error else ""))
-    gpu_offload = built_for_gpu and gpu_present
+    reports_gpu = bool(probe.result and probe.result["supports_gpu_offload"])
+    # llama_supports_gpu_offload() asks for a GPU device at run time: False for any wheel on a machine
+    # without a GPU. There the wheel's ggml-cuda library, with machine code in it, is what shows a GPU build.
+    built_for_gpu = reports_gpu or (not gpu_present and result.cuda_elf is not None
+                                    and bool(result.cuda_elf.library))
+    log(f"imported llama_cpp {probe.result['version']}; GPU offload supported: {reports_gpu}"
+        + ("" if gpu_present else " (no GPU on this machine)"))
+    if expect_gpu and not built_for_gpu:
+        evidence = ("llama_supports_gpu_offload() returned False" if gpu_present or not cuda_architectures
+                    else f"no ggml-cuda library in the wheel ({result.cuda_elf.error if result.cuda_elf else ''})")
+        findings.append(finding_for("cpu-only-build", evidence, stage="import"))
+    gpu_offload = reports_gpu and gpu_present
     expected_here: tuple[str, ...] = ()
     if built_for_gpu and not gpu_present:
         # Without a GPU (and usually without its driver) the CUDA backend says so when it initialises:
