@@ -6,7 +6,6 @@ which GPU checks it skipped. The children, the install and cuobjdump are stand-i
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
