@@ -119,3 +119,15 @@ def test_a_root_the_playbook_assembled_earlier_is_used_with_its_libraries(this_m
     assert plan.cuda_toolkit == str(root), "a toolkit with cuBLAS is preferred over one without"
     assert plan.runtime_env["LD_LIBRARY_PATH"] == str(root / "lib") and plan.toolkit_request is None
     assert "cublas-missing" not in plan.warning_codes()
+
+
+def test_without_driver_or_stub_the_driver_api_is_left_out(this_machine, tmp_path):
+    facts = make_facts(this_machine, gpus=[], toolkits=[], driver=NvidiaDriver(False))
+    facts.libcuda_paths = []
+    plan = configure(facts, load_params(None, ["backend=cuda", "cuda.toolkit=pypi:13.0", "cuda.architectures=86;120",
+                                               f"build.cache_dir={tmp_path}"]))
+    assert "-DGGML_CUDA_NO_VMM=ON" in plan.cmake_args
+    assert any(d.what == "CUDA driver API" and "libcuda-stub-link" in d.reason for d in plan.decisions)
+    with_driver = configure(make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")], driver=DRIVER_580),
+                            load_params())
+    assert "-DGGML_CUDA_NO_VMM=ON" not in with_driver.cmake_args

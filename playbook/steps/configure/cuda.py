@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING
@@ -124,6 +125,8 @@ def configure(planner: Planner) -> None:
     planner.decide("CUDACXX", planner.env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})")
     check_driver(planner, toolkit)
     check_components(planner, toolkit)
+    if planner.platform in ("linux", "wsl"):
+        check_driver_library(planner, toolkit)
     from_pypi = planner.toolkit_request is not None or (Path(toolkit.root) / pypi.MARKER).is_file()
     if from_pypi and planner.platform != "windows":
         use_toolkit_libraries(planner.runtime_env, toolkit.root)
@@ -137,6 +140,20 @@ def configure(planner: Planner) -> None:
                        "llama.dll loads cudart, cublas and cublasLt from the toolkit's bin folder")
     else:
         check_gcc(planner, toolkit)
+
+
+def check_driver_library(planner: Planner, toolkit: CudaToolkit) -> None:
+    """No driver and no stub libcuda (a builder without a GPU; PyPI's wheels ship no stub): ggml-cuda links
+    libcuda only for its virtual-memory pool, so build without it rather than fail at CMake (libcuda-stub-link)."""
+    facts = planner.facts
+    stubs = [Path(toolkit.root) / d / "stubs" / "libcuda.so" for d in ("lib64", "lib")]
+    stubs += [Path(p) for p in glob.glob(str(Path(toolkit.root) / "targets" / "*" / "lib" / "stubs" / "libcuda.so"))]
+    if facts.driver.found or facts.libcuda_paths or any(p.is_file() for p in stubs):
+        return
+    planner.cmake_args.append("-DGGML_CUDA_NO_VMM=ON")
+    planner.decide("CUDA driver API", "not linked (-DGGML_CUDA_NO_VMM=ON)",
+                   f"no NVIDIA driver here and no stub libcuda.so in {toolkit.root}: ggml-cuda links libcuda only for its "
+                   "virtual-memory pool and uses its plain pool without it (otherwise CMake stops: libcuda-stub-link)")
 
 
 def use_toolkit_libraries(runtime_env: dict[str, str], root: str) -> None:
