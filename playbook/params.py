@@ -72,7 +72,8 @@ class SourceParams:
 class CudaParams:
     # "native": the detected GPU's compute capability; otherwise a CMake list such as "86;89;120".
     architectures: str = "native"
-    # "auto" picks a toolkit from detection; otherwise the toolkit's root folder.
+    # "auto" picks a toolkit from detection; "pypi:<release>" (e.g. pypi:13.0) assembles that release
+    # from NVIDIA's PyPI wheels in the playbook's cache; otherwise the toolkit's root folder.
     toolkit: str = "auto"
 
 
@@ -282,6 +283,13 @@ def check_params(params: Params) -> None:
                              "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
     if params.build.ccache_remote:
         check_ccache_remote(params.build.ccache_remote, params.build.ccache)
+    if params.cuda.toolkit.lower().startswith("pypi:"):
+        from playbook.toolkits.pypi import ToolkitError, check_spec
+
+        try:
+            check_spec(params.cuda.toolkit)
+        except ToolkitError as err:
+            raise ParameterError(str(err)) from None
     if any(n < 0 for n in params.verify.n_gpu_layers):
         raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
     for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points", "n_batch", "n_ubatch"):

@@ -175,8 +175,10 @@ def _plan(args: argparse.Namespace) -> int:
     from playbook.resources import resolve_params_file
     from playbook.steps.configure import configure_here
     from playbook.steps.detect import detect
+    from playbook.toolkits.pypi import toolkits_dir
 
-    plan = configure_here(detect(), load_params(resolve_params_file(args.params) if args.params else None, args.overrides))
+    params = load_params(resolve_params_file(args.params) if args.params else None, args.overrides)
+    plan = configure_here(detect(toolkit_dirs=[toolkits_dir(params.cache_dir)]), params)
     print(plan_summary(plan))
     print()
     for decision in plan.decisions:
@@ -192,9 +194,11 @@ def _plan(args: argparse.Namespace) -> int:
 def _detect(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from playbook.params import Params
     from playbook.steps.detect import detect
+    from playbook.toolkits.pypi import toolkits_dir
 
-    print(json.dumps(dataclasses.asdict(detect()), indent=2))
+    print(json.dumps(dataclasses.asdict(detect(toolkit_dirs=[toolkits_dir(Params().cache_dir)])), indent=2))
     return 0
 
 

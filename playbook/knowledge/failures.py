@@ -41,6 +41,10 @@ class Remedy:
     build_isolation: bool | None = None
     use_detected_arch: bool = False  # replace CMAKE_CUDA_ARCHITECTURES with the GPU's own
     backends: tuple[str, ...] = ()  # the plan backends it applies to; empty: any
+    # Add these components of the toolkit's own CUDA release from PyPI (a copy of the toolkit in the cache).
+    toolkit_add: tuple[str, ...] = ()
+    # Move to a CUDA release from PyPI that compiles the architectures and accepts the host compiler.
+    pypi_toolkit: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Remedy:
@@ -57,6 +61,8 @@ class Remedy:
             build_isolation=data.get("build_isolation"),
             use_detected_arch=bool(data.get("use_detected_arch", False)),
             backends=tuple(data.get("backends", ())),
+            toolkit_add=tuple(data.get("toolkit_add", ())),
+            pypi_toolkit=bool(data.get("pypi_toolkit", False)),
         )
 
 
@@ -163,14 +169,27 @@ def load_knowledge_base() -> KnowledgeBase:
     return parse_knowledge_base(yaml.safe_load(text))
 
 
+def fill_fix(fix: str, cuda_version: str = "") -> str:
+    """A fix text with the CUDA release it is for: ``{cuda}`` (13.0), ``{cuda_dash}`` (13-0, apt package
+    names) and ``{cu}`` (pip's -cu12 suffix of CUDA 12 wheels); placeholders stay readable when unknown."""
+    parts = re.findall(r"\d+", cuda_version)[:2]
+    if len(parts) == 2:
+        cuda, dash, cu = ".".join(parts), "-".join(parts), "-cu12" if parts[0] == "12" else ""
+    else:
+        cuda, dash, cu = "X.Y", "X-Y", "[-cu12 for CUDA 12]"
+    return fix.replace("{cuda}", cuda).replace("{cuda_dash}", dash).replace("{cu}", cu)
+
+
 def diagnose_text(
     text: str,
     *,
     platform: str = "any",
     stage: str = "any",
     knowledge: KnowledgeBase | None = None,
+    cuda_version: str = "",
 ) -> list[Finding]:
-    """Every known failure found in ``text``, most specific first, each reported once."""
+    """Every known failure found in ``text``, most specific first, each reported once; fix texts name
+    ``cuda_version``'s packages when it is known."""
     knowledge = knowledge or load_knowledge_base()
     text = normalise_paste(text)
     lines = text.split("\n")  # not splitlines(): a progress bar's lone \r must not shift line numbers
@@ -189,7 +208,7 @@ def diagnose_text(
             evidence=evidence[:400],
             line_number=line_number,
             cause=entry.cause,
-            fix=entry.fix,
+            fix=fill_fix(entry.fix, cuda_version),
             automatic=entry.remedy is not None,
             stage=stage if stage != "any" else "",
         )
@@ -244,7 +263,8 @@ def finding_for(failure_id: str, evidence: str, *, stage: str = "", line_number:
     """A finding the playbook makes itself (verify's checks), described by the knowledge base. Every id
     the code emits is an entry there (a KeyError here is a programming error, and a test catches it)."""
     entry = (knowledge or load_knowledge_base()).get(failure_id)
-    return Finding(entry.id, entry.title, evidence, line_number, entry.cause, entry.fix, entry.remedy is not None, stage)
+    return Finding(entry.id, entry.title, evidence, line_number, entry.cause, fill_fix(entry.fix), entry.remedy is not None,
+                   stage)
 
 
 # Lines that say a tool failed, whatever the tool: the fallback's evidence when no entry matches.

@@ -196,8 +196,15 @@ def _dependencies(builds: dict[int, Any], facts: Any, plan: Any, pinned: dict[st
         deps.append(_source_descriptor(last.source, pinned))
     if facts is None:
         return deps
+    assembled = (last.toolkit or {}) if last is not None else {}
+    if assembled:
+        deps.append(ResourceDescriptor(name="cuda-toolkit", uri=_file_uri(assembled["root"]),
+                                       annotations={"release": assembled["release"], "base": assembled["base"],
+                                                    "assembled_from": "NVIDIA's PyPI wheels"}))
+        deps += [ResourceDescriptor(name=w["package"], uri=w["uri"], digest={"sha256": w["sha256"]},
+                                    annotations={"file": w["file"]}) for w in assembled["wheels"]]
     toolkit = next((t for t in facts.cuda_toolkits if plan and t.root == plan.cuda_toolkit), None)
-    if toolkit:
+    if toolkit and not assembled:
         deps.append(ResourceDescriptor(name="cuda-toolkit", uri=_file_uri(toolkit.root),
                                        annotations={"version": toolkit.version, "nvcc": toolkit.nvcc,
                                                     "has_cublas": toolkit.has_cublas}))

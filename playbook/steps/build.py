@@ -38,6 +38,8 @@ from playbook.steps.caches import (
 )
 from playbook.steps.configure import BuildPlan
 from playbook.steps.source import SourceInfo
+from playbook.toolkits.pypi import ToolkitError, provision
+from playbook.toolkits.pypi import provenance as toolkit_provenance
 
 NINJA_PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
 ProgressCallback = Callable[[int, int, str], None]
@@ -96,6 +98,8 @@ class BuildResult:
     stalled: bool = False  # stopped after build.stall_timeout_s without output
     build_dir: str = ""
     ccache: CcacheStats | None = None
+    # The CUDA toolkit this attempt assembled from PyPI wheels (or reused): root, wheels with sha256.
+    toolkit: dict[str, Any] = field(default_factory=dict)
 
 
 def pip_wheel_command(plan: BuildPlan, tree: Path, wheel_dir: Path, python: str) -> list[str]:
@@ -211,6 +215,18 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
             result.duration_s = round(time.monotonic() - started, 2)
             return result
 
+        if plan.toolkit_request is not None:
+            try:
+                provisioned = provision(plan.toolkit_request, cache_dir, python=python,
+                                        log=lambda line: write(f"playbook: {line}"))
+            except ToolkitError as err:
+                write(f"playbook: CUDA toolkit from PyPI failed: {err}")
+                result.exit_code = None
+                result.duration_s = round(time.monotonic() - started, 2)
+                return result
+            result.toolkit = toolkit_provenance(provisioned)
+            if Path(provisioned.root) != Path(plan.cuda_toolkit):
+                write(f"playbook: warning: the plan expected the toolkit at {plan.cuda_toolkit}, it is at {provisioned.root}")
         for stale in remove_stale_libraries(tree):
             write(f"playbook: removed {stale}, left in the source tree by an earlier build")
         write(f"playbook: {' '.join(result.command)}")
@@ -290,6 +306,8 @@ def toolchain(facts: Any, plan: BuildPlan) -> dict[str, str]:
     """The tool versions that go into the wheel's fingerprint."""
     compilers = {t.name: t.version for t in facts.compilers if t.found}
     nvcc = next((t.version for t in facts.cuda_toolkits if t.root == plan.cuda_toolkit), "")
+    if plan.toolkit_request is not None:
+        nvcc = Path(plan.cuda_toolkit).name  # the root's name holds the sha256 of its wheels
     return {"compilers": json.dumps(compilers, sort_keys=True), "nvcc": nvcc, "cmake": facts.cmake.version}
 
 

@@ -16,7 +16,7 @@ import shutil
 import struct
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ BUILD_ENV_NAMES = re.compile(
     r"|CCACHE_.*|NINJA_.*|MAKEFLAGS|OMP_.*|NVIDIA_.*|HF_.*|.*TOKEN.*|.*SECRET.*|.*PASSWORD.*|.*_KEY)$",
     re.IGNORECASE,
 )
+PYPI_TOOLKIT_MARKER = "playbook-toolkit.json"  # playbook.toolkits.pypi.MARKER: an assembled root is complete
 CCCL_HEADERS = {"nv/target": "nv/target", "cub/cub.cuh": "cub/cub.cuh", "thrust": "thrust/version.h"}
 
 
@@ -439,9 +440,11 @@ def detect(
     python: str = sys.executable,
     vulkan_include_dir: str = "",
     import_paths: list[str] | None = None,
+    toolkit_dirs: Sequence[Path] = (),
 ) -> Facts:
-    """``import_paths``: where the interpreter imports from (default: this one's ``sys.path``, which
-    holds ``PYTHONPATH``); a package installed there with ``pip --target`` keeps its programs beside it."""
+    """What this machine has. ``import_paths``: where the interpreter imports from (default: this one's
+    ``sys.path``, which holds ``PYTHONPATH``); a package installed there with ``pip --target`` keeps its
+    programs beside it. ``toolkit_dirs``: folders of toolkits the playbook assembled (its cache)."""
     environ = dict(os.environ if environ is None else environ)
     search_path = _search_path(environ, python)
     paths = list(sys.path if import_paths is None else import_paths)
@@ -454,7 +457,7 @@ def detect(
         cmake=detect_tool("cmake", ["--version"], search_path, runner),
         ninja=detect_tool("ninja", ["--version"], search_path, runner),
         ccache=detect_ccache(search_path, paths, runner),
-        cuda_toolkits=detect_cuda_toolkits(environ, search_path, runner),
+        cuda_toolkits=detect_cuda_toolkits(environ, search_path, runner, toolkit_dirs),
         driver=(gpu_facts := detect_gpus(runner))[0],
         gpus=gpu_facts[1],
         llama_cpp=detect_installed_llama_cpp(python, runner),
@@ -784,7 +787,8 @@ def versioned_gxx(search_path: str) -> list[str]:
     return sorted(found, key=lambda name: int(name.split("-")[1]))
 
 
-def toolkit_candidates(environ: Mapping[str, str], search_path: str) -> list[tuple[Path, str]]:
+def toolkit_candidates(environ: Mapping[str, str], search_path: str,
+                       toolkit_dirs: Sequence[Path] = ()) -> list[tuple[Path, str]]:
     """(root, how it was found) for every place a CUDA toolkit may live, first found first."""
     candidates: list[tuple[Path, str]] = []
     if nvcc := shutil.which("nvcc", path=search_path):
@@ -803,12 +807,17 @@ def toolkit_candidates(environ: Mapping[str, str], search_path: str) -> list[tup
     for site in _site_packages():
         for sub in ("nvidia/cuda_nvcc", "nvidia/cu13", "nvidia/cu12"):
             candidates.append((site / sub, "pip nvidia-cuda-nvcc"))
+    for folder in toolkit_dirs:
+        for root in sorted(Path(folder).glob("cuda-*")):
+            if (root / PYPI_TOOLKIT_MARKER).is_file():
+                candidates.append((root, "playbook cache (CUDA from PyPI wheels)"))
     return candidates
 
 
-def detect_cuda_toolkits(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> list[CudaToolkit]:
+def detect_cuda_toolkits(environ: Mapping[str, str], search_path: str, runner: CommandRunner,
+                         toolkit_dirs: Sequence[Path] = ()) -> list[CudaToolkit]:
     toolkits: dict[Path, CudaToolkit] = {}
-    for root, found_by in toolkit_candidates(environ, search_path):
+    for root, found_by in toolkit_candidates(environ, search_path, toolkit_dirs):
         nvcc = root / "bin" / ("nvcc.exe" if platform.system() == "Windows" else "nvcc")
         if not nvcc.is_file() or not is_toolkit_root(root):
             continue
@@ -946,8 +955,10 @@ def detect_step(run: RunFolder) -> Facts:
     """The detect notebook's work: what this machine has, written to detect.json."""
     from playbook.runfolder.folder import Outcome
     from playbook.runfolder.layout import Step
+    from playbook.toolkits.pypi import toolkits_dir
 
-    facts = detect(vulkan_include_dir=run.params().vulkan.include_dir)
+    params = run.params()
+    facts = detect(vulkan_include_dir=params.vulkan.include_dir, toolkit_dirs=[toolkits_dir(params.cache_dir)])
     run.write(facts, run.layout.detect_facts)
     gpus = ", ".join(g.name for g in facts.gpus) or "no NVIDIA GPU"
     if facts.vulkan.devices:

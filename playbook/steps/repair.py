@@ -10,13 +10,19 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from playbook.knowledge.compatibility import toolkit_supports_arch, version_tuple
 from playbook.knowledge.failures import Finding, KnowledgeBase, diagnose_file, load_knowledge_base
+from playbook.params import Backend, Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan, Decision, machine_platform, multimodal_built
+from playbook.steps.configure import cuda as cuda_plan
+from playbook.steps.configure.plan import shell_lines
 from playbook.steps.detect import Facts
+from playbook.toolkits import pypi
 
 
 @dataclass
@@ -44,11 +50,12 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
         evidence = layout.verify_logs(attempt).relative_to(run.path).as_posix() + "/"
     else:
         findings = diagnose_file(layout.build_log(attempt), platform=machine_platform(facts), stage="any",
-                                 unrecognised_stage="build")
+                                 unrecognised_stage="build", cuda_version=plan_cuda_version(plan, facts))
         evidence = layout.build_log(attempt).name
     diagnosis = Diagnosis(attempt=attempt, log_file=evidence, findings=findings)
-    next_plan = apply_remedies(plan, findings, facts)
-    max_attempts = run.params().build.max_attempts
+    params = run.params()
+    next_plan = apply_remedies(plan, findings, facts, cache_dir=params.cache_dir)
+    max_attempts = params.build.max_attempts
     if next_plan is not None and next_plan.attempt <= max_attempts:
         run.write(next_plan, layout.plan(next_plan.attempt))
         diagnosis.next_plan = layout.plan(next_plan.attempt).name
@@ -56,7 +63,8 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
             f"applied {', '.join(next_plan.remedies_applied[len(plan.remedies_applied):])}; "
             f"attempt {next_plan.attempt} of {max_attempts} will build with: {next_plan.cmake_args_string}"
         )
-    diagnosis.needs_person = [f"{f.id}: {f.fix}" for f in findings if not f.automatic]
+    applied = set(next_plan.remedies_applied) if next_plan is not None else set()
+    diagnosis.needs_person = [f"{f.id}: {f.fix}" for f in findings if not f.automatic or f.id not in applied]
     if not diagnosis.next_plan:
         if not findings:
             diagnosis.message = (
@@ -72,16 +80,30 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
     return diagnosis
 
 
+def plan_cuda_version(plan: BuildPlan, facts: Facts) -> str:
+    """The CUDA release the plan builds with ("" for none or unknown)."""
+    if plan.toolkit_request is not None:
+        if plan.toolkit_request.base:
+            plan = dataclasses.replace(plan, cuda_toolkit=plan.toolkit_request.base, toolkit_request=None)
+        else:
+            return plan.toolkit_request.release
+    return next((t.version for t in facts.cuda_toolkits if t.root == plan.cuda_toolkit), "")
+
+
 def apply_remedies(
-    plan: BuildPlan, findings: list[Finding], facts: Facts, knowledge: KnowledgeBase | None = None
+    plan: BuildPlan, findings: list[Finding], facts: Facts, knowledge: KnowledgeBase | None = None,
+    cache_dir: Path | None = None,
 ) -> BuildPlan | None:
-    """The next attempt's plan with every automatic remedy applied, or None when nothing changes."""
+    """The next attempt's plan with every automatic remedy applied, or None when nothing changes.
+    Remedies that change the CUDA toolkit assemble it under ``cache_dir`` (default: the parameters')."""
     knowledge = knowledge or load_knowledge_base()
+    cache_dir = cache_dir or Params().cache_dir
     new = dataclasses.replace(
         plan,
         attempt=plan.attempt + 1,
         cmake_args=list(plan.cmake_args),
         env=dict(plan.env),
+        runtime_env=dict(plan.runtime_env),
         extra_packages=list(plan.extra_packages),
         decisions=list(plan.decisions),
         remedies_applied=list(plan.remedies_applied),
@@ -109,8 +131,59 @@ def apply_remedies(
             new.cuda_architectures = arch
             new.cmake_args = [a for a in new.cmake_args if not a.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
             new.cmake_args.append(f"-DCMAKE_CUDA_ARCHITECTURES={arch}")
+        if new.backend is Backend.CUDA and remedy.toolkit_add:
+            add_toolkit_components(new, facts, list(remedy.toolkit_add), cache_dir)
+        if new.backend is Backend.CUDA and remedy.pypi_toolkit:
+            move_to_pypi_toolkit(new, facts, cache_dir)
         if dataclasses.asdict(new) != before:
             new.remedies_applied.append(finding.id)
             new.decisions.append(Decision("repair", finding.id, f"automatic remedy for: {finding.title}"))
     new.multimodal = multimodal_built(new.cmake_args)
     return new if new.remedies_applied != plan.remedies_applied else None
+
+
+def add_toolkit_components(plan: BuildPlan, facts: Facts, components: list[str], cache_dir: Path) -> None:
+    """Components of the plan's own CUDA release from PyPI, added to (a copy of) its toolkit."""
+    request = plan.toolkit_request
+    if request is not None:
+        missing = [c for c in components if c not in request.components]
+        if missing and request.release in pypi.releases():
+            _use_toolkit(plan, pypi.with_components(request, missing), cache_dir,
+                         f"adds {', '.join(missing)} of CUDA {request.release} from PyPI")
+        return
+    version = plan_cuda_version(plan, facts)
+    request = pypi.component_request(version, components, plan.cuda_toolkit) if version and plan.cuda_toolkit else None
+    if request is not None:
+        wheels = pypi.release(request.release).wheels
+        _use_toolkit(plan, request, cache_dir, "a copy of " + plan.cuda_toolkit + " with " +
+                     ", ".join(f"{wheels[c].package}=={wheels[c].version}" for c in components) + " from PyPI")
+
+
+def move_to_pypi_toolkit(plan: BuildPlan, facts: Facts, cache_dir: Path) -> None:
+    """A whole CUDA release from PyPI that compiles every architecture of the plan and accepts the host gcc,
+    when the current toolkit does not."""
+    architectures = [a for a in plan.cuda_architectures.split(";") if a]
+    version = plan_cuda_version(plan, facts)
+    host = cuda_plan.host_compiler(facts, plan.env)
+    gcc = version_tuple(host.version)[:1] if host and "clang" not in host.banner.lower() else ()
+    release = cuda_plan.pypi_release_for(facts, architectures, gcc[0] if gcc else None)
+    if not release or (plan.toolkit_request is not None and plan.toolkit_request.release == release
+                       and not plan.toolkit_request.base):
+        return
+    fits_now = version and all(toolkit_supports_arch(version, a)[0] for a in architectures)
+    limits = cuda_plan.compatibility.host_compiler_limits(version) if version else None
+    if fits_now and (not gcc or limits is None or gcc[0] <= limits.max_gcc):
+        return
+    _use_toolkit(plan, pypi.full_request(f"pypi:{release}"), cache_dir,
+                 f"CUDA {release} from PyPI compiles {';'.join(architectures)} and accepts the host compiler")
+
+
+def _use_toolkit(plan: BuildPlan, request: pypi.ToolkitRequest, cache_dir: Path, why: str) -> None:
+    root = pypi.root_for(request, cache_dir)
+    plan.toolkit_request = request
+    plan.cuda_toolkit = str(root)
+    plan.env["CUDACXX"] = str(pypi.nvcc_of(root))
+    plan.decisions.append(Decision("CUDA toolkit", str(root), why + "; build assembles it unless it exists"))
+    if plan.platform != "windows":
+        cuda_plan.use_toolkit_libraries(plan.runtime_env, str(root))
+        plan.shell_commands = shell_lines(plan)

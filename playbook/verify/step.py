@@ -21,6 +21,7 @@ from playbook.params import ModelParams, Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Layout, Step
 from playbook.verify.agreement import Agreement, compare_logits
+from playbook.verify.cuda_elf import CudaElf, list_elf
 from playbook.verify.launcher import SYMBOLS_SCRIPT, ChildOutcome, child_env, install_wheel, plan_child_env, run_child
 from playbook.verify.server_check import ServerCheck, check_server
 from playbook.verify.settings import BenchSettings
@@ -66,6 +67,10 @@ class VerifyResult:
     server: ServerCheck | None = None  # python -m llama_cpp.server, when the plan has the server extra
     settings: BenchSettings | None = None  # every throughput measurement's, llama-bench's too
     tune: Any = None  # playbook.verify.tune.TuneResult when verify.tune is true
+    # A CUDA wheel: the architectures its ggml-cuda library holds machine code for (cuobjdump --list-elf).
+    cuda_elf: CudaElf | None = None
+    # Why the GPU checks (logits agreement, offloaded layers) did not run; "" when they did.
+    gpu_skipped: str = ""
 
 
 def vocab_from_source(source_path: Path, cache_dir: Path) -> Path:
@@ -121,6 +126,9 @@ def run_verify(
     extras: list[str] | None = None,
     find_links: str = "",
     multimodal: bool = False,
+    gpu_present: bool = True,
+    cuda_architectures: str = "",
+    cuda_toolkit: str = "",
 ) -> VerifyResult:
     """The whole verify step; every problem ends up in ``findings``, nothing raises past a bad wheel.
     Its files carry the build attempt in their names, so a retry never overwrites them.
@@ -181,10 +189,32 @@ def run_verify(
         _append_line(logs / "probe.log", line)
         findings.append(finding_for("foreign-llama-cpp", line, stage="import"))
     findings += prebuilt_lib_findings(result.library_file, runtime_env or {}, logs / "probe.log")
-    gpu_offload = bool(probe.result and probe.result["supports_gpu_offload"])
-    log(f"imported llama_cpp {probe.result['version']}; GPU offload supported: {gpu_offload}")
-    if expect_gpu and not gpu_offload:
-        findings.append(finding_for("cpu-only-build", "llama_supports_gpu_offload() returned False", stage="import"))
+    if cuda_architectures:
+        result.cuda_elf = list_elf(site_dir, cuda_architectures, cuda_toolkit, cache_dir, logs / "cuobjdump.log")
+        elf = result.cuda_elf
+        log(f"machine code in {Path(elf.library).name or 'the wheel'}: {', '.join(elf.architectures) or 'none'}"
+            + (f"; missing {', '.join(elf.missing)}" if elf.missing else "") + (f" ({elf.error})" if elf.error else ""))
+    reports_gpu = bool(probe.result and probe.result["supports_gpu_offload"])
+    # llama_supports_gpu_offload() asks for a GPU device at run time: False for any wheel on a machine
+    # without a GPU. There the wheel's ggml-cuda library, with machine code in it, is what shows a GPU build.
+    built_for_gpu = reports_gpu or (not gpu_present and result.cuda_elf is not None
+                                    and bool(result.cuda_elf.library))
+    log(f"imported llama_cpp {probe.result['version']}; GPU offload supported: {reports_gpu}"
+        + ("" if gpu_present else " (no GPU on this machine)"))
+    if expect_gpu and not built_for_gpu:
+        evidence = ("llama_supports_gpu_offload() returned False" if gpu_present or not cuda_architectures
+                    else f"no ggml-cuda library in the wheel ({result.cuda_elf.error if result.cuda_elf else ''})")
+        findings.append(finding_for("cpu-only-build", evidence, stage="import"))
+    gpu_offload = reports_gpu and gpu_present
+    expected_here: tuple[str, ...] = ()
+    if built_for_gpu and not gpu_present:
+        # Without a GPU (and usually without its driver) the CUDA backend says so when it initialises:
+        # "no CUDA-capable device", or cudaErrorInsufficientDriver when libcuda is absent.
+        expected_here = ("no-gpu-visible", "cpu-only-build", "driver-too-old")
+        result.gpu_skipped = ("no NVIDIA GPU on this machine (detect found none): GPU/CPU logits agreement and the "
+                              "offloaded-layer sweep were skipped; the wheel was imported and run on the CPU"
+                              + (", and its GPU machine code listed with cuobjdump" if cuda_architectures else ""))
+        log(result.gpu_skipped)
 
     try:
         result.model = describe_gguf(model_path)
@@ -209,7 +239,7 @@ def run_verify(
             f"{params.verify.repetitions} repetitions, {threads} threads")
         outcome = run_bench_child(model_path, ngl, settings, params.verify.prompt_tokens, params.verify.gen_tokens,
                                   params.verify.repetitions, site_dir, logs / f"bench-ngl-{ngl}.log", timeout,
-                                  python, extra_env)
+                                  python, extra_env, expected=expected_here)
         point = sweep_point(outcome, ngl, settings)
         result.points.append(point)
         findings += outcome.findings
@@ -255,8 +285,15 @@ def run_verify(
     result.findings = _unique(findings)
     measured = [p for p in result.points if p.status == "ok"]
     agreement_ok = result.agreement is None or result.agreement.ok
-    result.ok = bool(measured) and not result.findings and agreement_ok
+    elf_ok = result.cuda_elf is None or result.cuda_elf.ok
+    result.ok = bool(measured) and not result.findings and agreement_ok and elf_ok
     result.summary = _summary(result, gpu_offload)
+    if result.cuda_elf is not None:
+        result.summary += (f"; machine code for {', '.join(result.cuda_elf.architectures) or 'no architecture'}"
+                           + (f", missing {', '.join(result.cuda_elf.missing)}" if result.cuda_elf.missing else "")
+                           + (f" ({result.cuda_elf.error})" if result.cuda_elf.error else ""))
+    if result.gpu_skipped:
+        result.summary += "; GPU checks skipped: no GPU on this machine"
     return result
 
 
@@ -315,11 +352,13 @@ def bench_settings(params: Params, threads: int) -> BenchSettings:
 
 def run_bench_child(model_path: Path, ngl: int, settings: BenchSettings, n_prompt: int, n_gen: int, repetitions: int,
                     site_dir: Path, log_file: Path, timeout: float, python: str = sys.executable,
-                    extra_env: dict[str, str] | None = None, depths: list[int] | None = None) -> ChildOutcome:
-    """One throughput measurement in a child: ``settings`` go to it as JSON, their variables into its environment."""
+                    extra_env: dict[str, str] | None = None, depths: list[int] | None = None,
+                    expected: tuple[str, ...] = ()) -> ChildOutcome:
+    """One throughput measurement in a child: ``settings`` go to it as JSON, their variables into its environment.
+    ``expected``: finding ids that are no failure here (a GPU-less machine's 'no device')."""
     args = ["bench", str(model_path), str(ngl), str(settings.threads), str(n_prompt), str(n_gen), str(repetitions),
             settings.to_json(), ",".join(map(str, depths or [0]))]
-    expected = ("cpu-only-build",) if ngl == 0 else ()
+    expected = (("cpu-only-build",) if ngl == 0 else ()) + tuple(expected)
     return run_child(args, site_dir, log_file, timeout, python, expected=expected,
                      extra_env={**(extra_env or {}), **dict(settings.env)})
 
@@ -415,7 +454,7 @@ def _summary(result: VerifyResult, gpu_offload: bool) -> str:
     if not ok_points:
         return "no layer count could be measured: see findings"
     best = max(ok_points, key=lambda p: p.tg_tokens_per_s or 0)
-    where = "GPU build" if gpu_offload else "CPU-only build"
+    where = "GPU build" if gpu_offload else ("GPU build run on the CPU" if result.gpu_skipped else "CPU-only build")
     return (f"{where}: best token generation {best.tg_tokens_per_s:.1f} t/s at n_gpu_layers={best.n_gpu_layers}; "
             f"prompt processing {best.pp_tokens_per_s:.1f} t/s there")
 
@@ -462,6 +501,9 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         extras=plan.extras,
         find_links=plan.find_links,
         multimodal=plan.multimodal,
+        gpu_present=bool(facts.gpus),
+        cuda_architectures=plan.cuda_architectures if plan.backend == "cuda" else "",
+        cuda_toolkit=plan.cuda_toolkit,
     )
     run.write(result, layout.verify_result(build.attempt))
     if result.ok and plan.remedies_applied:

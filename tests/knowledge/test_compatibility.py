@@ -22,6 +22,7 @@ def test_every_row_names_its_source(name):
     ("11.8", "89", True), ("11.8", "90", True), ("11.7", "90", False), ("12.8", "100", True), ("12.8", "120", True),
     ("12.6", "120", False), ("12.9", "121", True), ("12.8", "121", False), ("13.0", "50", False), ("13.0", "72", False),
     ("12.9", "72", True), ("13.0", "75", True), ("13.0", "101", False), ("13.0", "110", True),
+    ("13.0.88", "88", True), ("12.9.86", "88", False), ("13.4.92", "107", True), ("13.3.73", "107", False),
 ])
 def test_architectures(version, arch, ok):
     assert toolkit_supports_arch(version, arch)[0] is ok
@@ -40,7 +41,9 @@ def test_driver_max_cuda(driver, cuda):
 
 @pytest.mark.parametrize("nvcc, gcc, msvc", [("11.8.89", 11, "19.39"), ("12.1.66", 12, "19.39"),
                                              ("12.4.99", 13, "19.39"), ("12.4.131", 13, "19.49"),
-                                             ("12.8.93", 14, "19.49"), ("13.0.88", 15, "19.49")])
+                                             ("12.8.93", 14, "19.49"), ("13.0.88", 15, "19.49"),
+                                             ("13.1.115", 15, "19.49"), ("13.2.78", 15, "19.59"),
+                                             ("13.4.92", 16, "19.59")])
 def test_host_compiler_limits(nvcc, gcc, msvc):
     limits = compat.host_compiler_limits(nvcc)
     assert (limits.max_gcc, limits.max_msvc) == (gcc, msvc)

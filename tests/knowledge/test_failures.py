@@ -186,7 +186,10 @@ def test_automatic_exactly_when_a_remedy_exists(knowledge, failure_id):
 
 EXPECTED_REMEDIES = {
     "deprecated-cuda-flag": lambda r: "-DGGML_CUDA=on" in r.cmake_args_add and r.cmake_args_remove,
-    "cuda-arch-unsupported": lambda r: r.use_detected_arch,
+    "cuda-arch-unsupported": lambda r: r.use_detected_arch and r.pypi_toolkit,
+    "host-compiler-unsupported": lambda r: r.pypi_toolkit,
+    "cublas-missing": lambda r: r.toolkit_add == ("cublas",),
+    "cccl-headers-missing": lambda r: r.toolkit_add == ("cccl",),
     "no-kernel-image": lambda r: r.use_detected_arch,
     "cuda-arch-detection-failed": lambda r: r.use_detected_arch,
     "build-backend-missing": lambda r: r.build_isolation is True and "scikit-build-core" in r.extra_packages,
@@ -211,6 +214,31 @@ def test_expected_remedy(knowledge, failure_id):
 @pytest.mark.parametrize("failure_id", sorted(set(ALL_IDS) - set(EXPECTED_REMEDIES)))
 def test_no_remedy_where_a_person_must_act(knowledge, failure_id):
     assert knowledge.get(failure_id).remedy is None
+
+
+@pytest.mark.parametrize("version, apt, pip", [("13.0.88", "libcublas-dev-13-0", "`nvidia-cublas`"),
+                                               ("12.4.131", "libcublas-dev-12-4", "`nvidia-cublas-cu12`")])
+def test_cublas_fix_names_the_packages_of_the_detected_cuda(version, apt, pip):
+    text = (FAILURES / "cublas-missing" / "configure-cuda13-without-cublas.txt").read_text(encoding="utf-8")
+    finding = next(f for f in diagnose_text(text, cuda_version=version) if f.id == "cublas-missing")
+    assert apt in finding.fix and pip in finding.fix
+    other = "libcublas-dev-12-4" if apt != "libcublas-dev-12-4" else "libcublas-dev-13-0"
+    assert other not in finding.fix
+
+
+def test_cccl_fix_names_the_release_and_unknown_versions_stay_placeholders():
+    text = (FAILURES / "cccl-headers-missing" / "conda-nv-target.txt").read_text(encoding="utf-8")
+    assert "cuda-cccl-12-1" in next(f for f in diagnose_text(text, cuda_version="12.1.105")
+                                   if f.id == "cccl-headers-missing").fix
+    generic = next(f for f in diagnose_text(text) if f.id == "cccl-headers-missing").fix
+    assert "cuda-cccl-X-Y" in generic and "{" not in generic
+
+
+def test_no_fix_text_keeps_a_placeholder(knowledge):
+    from playbook.knowledge.failures import fill_fix
+
+    for entry in knowledge.entries:
+        assert not re.search(r"\{(cuda|cuda_dash|cu)\}", fill_fix(entry.fix, "13.0")), entry.id
 
 
 def test_deprecated_flag_remedy_removes_only_the_old_flags(knowledge):

@@ -38,6 +38,13 @@ def test_cuda_portable_checks_every_architecture():
     assert any("will not contain sm_90" in w for w in map(str, h200.warnings))
 
 
+def test_cuda_pypi_builds_for_three_architectures_without_a_toolkit_or_gpu():
+    plan = configure(machine("no-gpu"), profile("cuda-pypi"))
+    assert plan.backend == "cuda" and not plan.blockers, plan.blockers
+    assert "-DCMAKE_CUDA_ARCHITECTURES=86;89;120" in plan.cmake_args and plan.toolkit_request is not None
+    assert plan.toolkit_request.release == "13.0" and plan.env["CUDACXX"].endswith("/bin/nvcc")
+
+
 def test_cpu_profiles():
     assert configure(machine("gpu-machine-h200"), profile("cpu")).backend == "cpu"
     plan = configure(machine("no-gpu"), profile("cpu-portable"))

@@ -40,6 +40,7 @@ def choose(planner: Planner) -> tuple[Backend, CudaToolkit | None]:
             where = "" if params.cuda.toolkit == "auto" else f" at {params.cuda.toolkit}"
             planner.block("cuda-toolkit-missing", f"backend cuda asked for, but no CUDA toolkit{where} was found: the "
                           "build will fail; install one, or set cuda.toolkit")
+            cuda.propose_pypi_toolkit(planner, "no CUDA toolkit found")
             planner.decide("backend", "cuda", "asked for in parameters; no toolkit found")
             return Backend.CUDA, None
         planner.decide("backend", "cuda", f"asked for in parameters; CUDA {toolkit.version}")
@@ -99,6 +100,8 @@ def _auto(planner: Planner, toolkit: CudaToolkit | None) -> tuple[Backend, CudaT
     missing = candidates[0][2]
     planner.decide("backend", "cpu", f"{missing}: building CPU-only")
     planner.warn("cpu-only", f"CPU-only build ({missing}): the wheel will not offload any layer to a GPU")
+    if gpu:
+        cuda.propose_pypi_toolkit(planner, f"{gpu.name} found but no CUDA toolkit; for a CUDA build set backend: cuda")
     return Backend.CPU, None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING
@@ -9,7 +10,8 @@ from typing import TYPE_CHECKING
 from playbook.knowledge import compatibility
 from playbook.knowledge.compatibility import minimum_driver, toolkit_supports_arch, version_tuple
 from playbook.steps.configure import windows
-from playbook.steps.detect import CudaToolkit, Facts, Tool
+from playbook.steps.detect import CCCL_HEADERS, CudaToolkit, Facts, Tool
+from playbook.toolkits import pypi
 
 if TYPE_CHECKING:
     from playbook.steps.configure.planner import Planner
@@ -26,7 +28,67 @@ def wanted_architectures(planner: Planner) -> list[str]:
 
 
 def choose_toolkit_for(planner: Planner) -> CudaToolkit | None:
-    return choose_toolkit(planner.facts, planner.params.cuda.toolkit, wanted_architectures(planner))
+    spec = planner.params.cuda.toolkit
+    if pypi.is_pypi_spec(spec):
+        request = pypi.full_request(spec)
+        planner.toolkit_request = request
+        toolkit = planned_toolkit(request, planner.params.cache_dir)
+        wheels = ", ".join(f"{w.package}=={w.version}" for w in pypi.release(request.release).wheels.values()
+                           if w.component in request.components)
+        planner.decide("CUDA toolkit", spec,
+                       f"CUDA {request.release} assembled from NVIDIA's PyPI wheels ({wheels}; sha256-pinned) at "
+                       f"{toolkit.root}; build downloads and assembles it unless that root already exists")
+        return toolkit
+    return choose_toolkit(planner.facts, spec, wanted_architectures(planner))
+
+
+def planned_toolkit(request: pypi.ToolkitRequest, cache_dir: Path, base: CudaToolkit | None = None) -> CudaToolkit:
+    """The toolkit ``request`` will be once build has assembled it: what configure checks against."""
+    root = pypi.root_for(request, cache_dir)
+    wheels = pypi.release(request.release).wheels
+    added = set(request.components)
+    version = base.version if base else wheels["nvcc"].version
+    cccl = {name: True for name in CCCL_HEADERS} if "cccl" in added else dict(base.cccl_headers if base else {})
+    return CudaToolkit(
+        root=str(root),
+        found_by=f"{request.spec} (PyPI wheels" + (f" added to {base.root})" if base else ")"),
+        nvcc=str(pypi.nvcc_of(root)),
+        version=version,
+        cccl_headers=cccl,
+        has_cublas="cublas" in added or bool(base and base.has_cublas),
+    )
+
+
+def pypi_release_for(facts: Facts, architectures: list[str], host_gcc_major: int | None = None) -> str:
+    """The newest CUDA release on PyPI that compiles on its own for every architecture, accepts the host
+    gcc and runs on the driver (when one is present); "" when none does."""
+    driver_cuda = driver_cuda_version(facts)
+    fitting = []
+    for release in pypi.compiler_releases():
+        if driver_cuda and version_tuple(release)[:2] > version_tuple(driver_cuda)[:2]:
+            continue
+        if not all(toolkit_supports_arch(release, a)[0] for a in architectures):
+            continue
+        limits = compatibility.host_compiler_limits(release)
+        if host_gcc_major is not None and limits is not None and host_gcc_major > limits.max_gcc:
+            continue
+        fitting.append(release)
+    return max(fitting, key=version_tuple, default="")
+
+
+def propose_pypi_toolkit(planner: Planner, reason: str) -> None:
+    """With cuda.toolkit: auto, name the PyPI toolkit that avoids ``reason``."""
+    if planner.params.cuda.toolkit != "auto":
+        return
+    host = host_compiler(planner.facts, planner.env)
+    major = version_tuple(host.version)[:1] if host and "clang" not in host.banner.lower() else ()
+    release = pypi_release_for(planner.facts, wanted_architectures(planner) or [planner.architectures],
+                               major[0] if major else None)
+    if release:
+        planner.warn("pypi-toolkit-proposed",
+                     f"{reason}: set cuda.toolkit: pypi:{release} (--set cuda.toolkit=pypi:{release}) and the playbook "
+                     f"downloads CUDA {release}'s nvcc, runtime, CCCL and cuBLAS from NVIDIA's PyPI wheels into its "
+                     "cache and builds with them; no sudo, no installer")
 
 
 def choose_toolkit(facts: Facts, wanted: str, architectures: list[str] | None = None) -> CudaToolkit | None:
@@ -42,6 +104,7 @@ def choose_toolkit(facts: Facts, wanted: str, architectures: list[str] | None = 
         usable = [t for t in toolkits if version_tuple(t.version)[:2] <= limit] or toolkits
     if architectures:
         usable = [t for t in usable if all(toolkit_supports_arch(t.version, a)[0] for a in architectures)] or usable
+    usable = [t for t in usable if t.has_cublas and t.has_cccl] or usable
     return max(usable, key=lambda t: version_tuple(t.version), default=None)
 
 
@@ -62,6 +125,14 @@ def configure(planner: Planner) -> None:
     planner.decide("CUDACXX", planner.env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})")
     check_driver(planner, toolkit)
     check_components(planner, toolkit)
+    if planner.platform in ("linux", "wsl"):
+        check_driver_library(planner, toolkit)
+    from_pypi = planner.toolkit_request is not None or (Path(toolkit.root) / pypi.MARKER).is_file()
+    if from_pypi and planner.platform != "windows":
+        use_toolkit_libraries(planner.runtime_env, toolkit.root)
+        planner.decide("LD_LIBRARY_PATH", planner.runtime_env["LD_LIBRARY_PATH"],
+                       "the wheel loads libcudart and libcublas from the assembled toolkit (no system CUDA); "
+                       "elsewhere install the same nvidia-* wheels or a CUDA of the same major version")
     if planner.platform == "windows":
         check_msvc(planner, toolkit)
         planner.dll_directories.append(str(PureWindowsPath(toolkit.root) / "bin"))
@@ -71,17 +142,49 @@ def configure(planner: Planner) -> None:
         check_gcc(planner, toolkit)
 
 
+def check_driver_library(planner: Planner, toolkit: CudaToolkit) -> None:
+    """No driver and no stub libcuda (a builder without a GPU; PyPI's wheels ship no stub): ggml-cuda links
+    libcuda only for its virtual-memory pool, so build without it rather than fail at CMake (libcuda-stub-link)."""
+    facts = planner.facts
+    stubs = [Path(toolkit.root) / d / "stubs" / "libcuda.so" for d in ("lib64", "lib")]
+    stubs += [Path(p) for p in glob.glob(str(Path(toolkit.root) / "targets" / "*" / "lib" / "stubs" / "libcuda.so"))]
+    if facts.driver.found or facts.libcuda_paths or any(p.is_file() for p in stubs):
+        return
+    planner.cmake_args.append("-DGGML_CUDA_NO_VMM=ON")
+    planner.decide("CUDA driver API", "not linked (-DGGML_CUDA_NO_VMM=ON)",
+                   f"no NVIDIA driver here and no stub libcuda.so in {toolkit.root}: ggml-cuda links libcuda only for its "
+                   "virtual-memory pool and uses its plain pool without it (otherwise CMake stops: libcuda-stub-link)")
+
+
+def use_toolkit_libraries(runtime_env: dict[str, str], root: str) -> None:
+    runtime_env["LD_LIBRARY_PATH"] = str(Path(root) / "lib")
+
+
 def check_components(planner: Planner, toolkit: CudaToolkit) -> None:
-    """CCCL headers and cuBLAS: a toolkit without them fails the build for certain."""
+    """CCCL headers and cuBLAS: a toolkit without them fails the build for certain. When PyPI has the
+    component of the same release, repair adds it (an automatic remedy), so the plan only warns."""
     if not toolkit.has_cccl:
         missing = [name for name, ok in toolkit.cccl_headers.items() if not ok]
-        planner.block("cccl-headers-missing",
-                      f"CUDA {toolkit.version} at {toolkit.root} lacks CCCL headers {missing}: the build will fail "
-                      f"with 'nv/target' or 'cub/cub.cuh' not found; {component_fix(toolkit, 'cccl')}")
+        _missing_component(planner, toolkit, "cccl", "cccl-headers-missing",
+                           f"CUDA {toolkit.version} at {toolkit.root} lacks CCCL headers {missing}: the build will "
+                           "fail with 'nv/target' or 'cub/cub.cuh' not found")
     if not toolkit.has_cublas:
-        planner.block("cublas-missing",
-                      f"CUDA {toolkit.version} at {toolkit.root} has no cuBLAS: CMake will fail with 'CUDA::cublas "
-                      f"target was not found'; {component_fix(toolkit, 'cublas')}")
+        _missing_component(planner, toolkit, "cublas", "cublas-missing",
+                           f"CUDA {toolkit.version} at {toolkit.root} has no cuBLAS: CMake will fail with "
+                           "'CUDA::cublas target was not found'")
+
+
+def _missing_component(planner: Planner, toolkit: CudaToolkit, component: str, code: str, problem: str) -> None:
+    request = pypi.component_request(toolkit.version, [component], toolkit.root)
+    if request is not None and not pypi.is_pypi_spec(planner.params.cuda.toolkit):
+        wheel = pypi.release(request.release).wheels[component]
+        origin = f"; {wheel.note}" if wheel.note else ""
+        planner.warn(code, f"{problem}; repair then adds {wheel.package}=={wheel.version} (CUDA {request.release}{origin}) from "
+                     f"PyPI to a copy of this toolkit and builds again; to skip the failed attempt, "
+                     f"{component_fix(toolkit, component)}")
+        return
+    planner.block(code, f"{problem}; {component_fix(toolkit, component)}")
+    propose_pypi_toolkit(planner, f"CUDA {toolkit.version} lacks {component}")
 
 
 def component_fix(toolkit: CudaToolkit, component: str) -> str:
@@ -89,8 +192,13 @@ def component_fix(toolkit: CudaToolkit, component: str) -> str:
     major_minor = ".".join(toolkit.version.split(".")[:2])
     dash = major_minor.replace(".", "-")
     debian = {"cccl": f"cuda-cccl-{dash}", "cublas": f"libcublas-dev-{dash}"}[component]
-    return (f"install {debian} (NVIDIA's apt repository), or set cuda.toolkit: pypi:{major_minor} and the playbook "
-            f"assembles a complete CUDA {major_minor} from NVIDIA's PyPI wheels")
+    text = f"install {debian} (NVIDIA's apt repository for CUDA {major_minor})"
+    if pypi.component_request(toolkit.version, [component], toolkit.root) is not None:
+        wheel = pypi.release(major_minor).wheels[component]
+        text += f" or pip's {wheel.package}=={wheel.version} into the toolkit"
+    if major_minor in pypi.compiler_releases():
+        text += f", or set cuda.toolkit: pypi:{major_minor} (a whole CUDA {major_minor} from NVIDIA's PyPI wheels)"
+    return text
 
 
 def choose_architectures(planner: Planner) -> str:
@@ -113,6 +221,7 @@ def choose_architectures(planner: Planner) -> str:
         ok, why = toolkit_supports_arch(toolkit.version, arch) if toolkit else (True, "")
         if not ok:
             planner.block("cuda-arch-unsupported", why)
+            propose_pypi_toolkit(planner, f"CUDA {toolkit.version if toolkit else ''} cannot compile sm_{arch}")
     numbers = [m.group(0) for a in wanted.split(";") if (m := re.match(r"\d+", a))]
     if gpu and gpu.arch not in numbers:
         planner.warn("gpu-arch-not-built", f"the wheel will not contain sm_{gpu.arch} for this machine's {gpu.name}: "
@@ -158,7 +267,8 @@ def check_gcc(planner: Planner, toolkit: CudaToolkit) -> None:
                   f"gcc {host.version} is newer than CUDA {toolkit.version}'s nvcc accepts (up to gcc {limits.max_gcc}): "
                   f"nvcc stops with 'unsupported GNU version'; install g++-{limits.max_gcc} "
                   f"(apt install g++-{limits.max_gcc}) and the playbook sets CUDAHOSTCXX to it"
-                  + (f", or install CUDA {newer} or newer (cuda.toolkit: pypi:{newer})" if newer else ""))
+                  + (f", or install CUDA {newer} or newer" if newer else ""))
+    propose_pypi_toolkit(planner, f"gcc {host.version} is too new for CUDA {toolkit.version}")
 
 
 def host_compiler(facts: Facts, env: dict[str, str]) -> Tool | None:

@@ -6,6 +6,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from playbook.params import Backend
+from playbook.toolkits.pypi import ToolkitRequest
 
 PARALLEL_ENV = "CMAKE_BUILD_PARALLEL_LEVEL"
 MULTIMODAL_OPTION = "LLAVA_BUILD"  # llama-cpp-python's switch for libmtmd
@@ -49,6 +50,8 @@ class BuildPlan:
     source_path: str
     find_links: str
     cuda_toolkit: str = ""
+    # Set when build must first assemble cuda_toolkit from PyPI wheels (playbook.toolkits.pypi).
+    toolkit_request: ToolkitRequest | None = None
     cuda_architectures: str = ""
     gpu_targets: str = ""  # HIP: the gfx targets (AMDGPU_TARGETS)
     ccache: str = ""  # the ccache binary put in front of the compilers; "" for none

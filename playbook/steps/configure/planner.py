@@ -27,6 +27,7 @@ from playbook.steps.configure.plan import (
 from playbook.steps.detect import CudaToolkit, Facts
 from playbook.steps.repair_memory import RememberedRepair, recall, replay
 from playbook.steps.source import bundle_wheels
+from playbook.toolkits.pypi import ToolkitRequest
 
 GIB = 1024
 # Peak resident memory of one compiler process, measured on llama.cpp's sources.
@@ -45,6 +46,7 @@ class Planner:
     platform: str = ""
     backend: Backend = Backend.CPU
     toolkit: CudaToolkit | None = None
+    toolkit_request: ToolkitRequest | None = None  # the toolkit build assembles from PyPI wheels first
     cmake_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     runtime_env: dict[str, str] = field(default_factory=dict)
@@ -234,6 +236,7 @@ class Planner:
             source_path=source.path,
             find_links=source.find_links or (bundle_wheels(source.path) if source.path else ""),
             cuda_toolkit=self.toolkit.root if self.toolkit and self.backend is Backend.CUDA else "",
+            toolkit_request=self.toolkit_request if self.backend is Backend.CUDA else None,
             cuda_architectures=self.architectures,
             gpu_targets=self.gpu_targets,
             ccache=self.ccache,
