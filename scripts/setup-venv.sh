@@ -16,8 +16,13 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
-  echo "playbook: installing dependencies into $venv (first time: a few minutes)" >&2
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e "$root[test]"
+  log="$venv/install.log"
+  echo "playbook: installing dependencies into $venv (first time: a few minutes; pip's output in $log)" >&2
+  if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m pip install -e "$root[test]"; } \
+      > "$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    echo "playbook: installing into $venv failed; the whole of pip's output is in $log" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
