@@ -101,7 +101,8 @@ class RunFolder:
     """One run's folder: where its files are (:attr:`layout`), and its records."""
 
     def __init__(self, path: Path | str):
-        self.path = Path(path)
+        # Absolute: the step notebooks run with the run folder as their working directory.
+        self.path = Path(path).expanduser().absolute()
         self.layout = Layout(self.path)
 
     @classmethod

@@ -33,3 +33,11 @@ def test_manifest_hashes_every_file(tmp_path):
     assert manifest["steps"][0]["step"] == "detect" and manifest["steps"][0]["duration_s"] == 1.5
     assert set(manifest["files"]) == {"params.json", "run.json", "build-attempt-1.log", "wheelhouse/x.whl"}
     assert manifest["files"]["build-attempt-1.log"] == {"sha256": hashlib.sha256(b"log").hexdigest(), "size_bytes": 3}
+
+
+def test_a_relative_run_folder_is_held_absolute(tmp_path, monkeypatch):
+    """`playbook resume outputs/mine`: the step notebooks run inside the folder, so a relative path
+    handed to them would point at outputs/mine/outputs/mine."""
+    monkeypatch.chdir(tmp_path)
+    run = RunFolder("outputs/mine")
+    assert run.path.is_absolute() and run.path == tmp_path / "outputs" / "mine"
