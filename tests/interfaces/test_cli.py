@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -69,3 +70,33 @@ def test_diagnose_innocuous_lines_exit_0(tmp_path, capsys):
                    "ggml.c:12:5: warning: 'ggml_foo' is deprecated [-Wdeprecated-declarations]\n")
     assert main(["diagnose", str(log)]) == ExitCode.OK
     assert "no failure found" in capsys.readouterr().out
+
+
+def test_a_version_that_does_not_exist_is_refused_before_any_run_folder(tmp_path):
+    outputs = tmp_path / "outputs"
+    out = playbook("run", "--set", "source.version=9.9.9", "--output", str(outputs))
+    assert out.returncode == ExitCode.BAD_INPUT, out.stderr
+    assert "source.version 9.9.9" in out.stderr and "Traceback" not in out.stderr
+    assert "the newest are 0.3." in out.stderr or "cannot be checked" in out.stderr  # offline: says so
+    assert out.stderr.count("0.3.36") <= 1  # the version list is not dumped
+    assert not outputs.exists()
+
+
+def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path):
+    outputs = tmp_path / "outputs"
+    out = playbook("run", "--set", "backend=cuda", "--set", f"cuda.toolkit={tmp_path / 'no-toolkit'}",
+                   "--set", f"build.cache_dir={tmp_path / 'cache'}", "--output", str(outputs))
+    assert out.returncode == ExitCode.REFUSED, out.stdout + out.stderr
+    assert "no CUDA toolkit" in out.stderr and "--force" in out.stderr
+    (run_dir,) = outputs.iterdir()
+    assert not list(run_dir.glob("build-attempt-*")) and not (tmp_path / "cache" / "wheels").exists()
+    assert json.loads((run_dir / "run.json").read_text())["outcome"] == "failed"
+
+
+def test_cmake_args_in_the_environment_are_named_as_ignored():
+    env = {**os.environ, "CMAKE_ARGS": "-DGGML_AVX2=off"}
+    out = subprocess.run([sys.executable, "-m", "playbook", "plan", "--params", "params/cpu.yaml"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert "CMAKE_ARGS is set in your environment (-DGGML_AVX2=off) and is ignored" in out.stdout
+    assert "build.cmake_args" in out.stdout
+    assert "-DGGML_AVX2=off" not in out.stdout.split("CMAKE_ARGS=", 1)[1].splitlines()[0]
