@@ -8,7 +8,7 @@
 #                  Debian 12's libglvnd libraries (libGLdispatch, libEGL, libGLX, libOpenGL, libGL, libGLESv2), for a
 #                  machine whose NVIDIA driver came without them: its Vulkan ICD needs them.
 # Downloads are cached (sha256 checked) under $LLAMA_PLAYBOOK_CACHE/downloads. Prints the sizes: the working tree
-# and these folders travel together, within 64 MiB.
+# and these folders travel together to the offline machine.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${LLAMA_PLAYBOOK_CACHE:-$HOME/.cache/llama-cpp-playbook}/downloads"
