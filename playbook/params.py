@@ -151,8 +151,8 @@ class VerifyParams:
     required_symbols: list[str] = field(default_factory=list)
     # Runtime settings of every throughput measurement, given identically to the binding and to llama-bench
     # (defaults: llama-bench's own).
-    n_batch: int = 2048
-    n_ubatch: int = 512
+    n_batch: int = at_least(1, 2048)
+    n_ubatch: int = at_least(1, 512)
     flash_attn: Literal["auto", "on", "off"] = "auto"
     type_k: KvTypeName = "f16"
     type_v: KvTypeName = "f16"
@@ -292,9 +292,6 @@ def check_params(params: Params) -> None:
             raise ParameterError(str(err)) from None
     if any(n < 0 for n in params.verify.n_gpu_layers):
         raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
-    for name in ("prompt_tokens", "gen_tokens", "repetitions", "timeout_s", "sweep_points", "n_batch", "n_ubatch"):
-        if getattr(params.verify, name) < 1:
-            raise ParameterError(f"verify.{name} must be at least 1")
     if params.verify.n_ubatch > params.verify.n_batch:
         raise ParameterError(f"verify.n_ubatch ({params.verify.n_ubatch}) must not exceed verify.n_batch "
                              f"({params.verify.n_batch}): llama.cpp splits a batch into micro-batches")
