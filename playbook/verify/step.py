@@ -7,6 +7,7 @@ watchdog: a crash or a hang is recorded as a finding and the sweep goes on. The 
 
 from __future__ import annotations
 
+import errno
 import sys
 import tempfile
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from playbook.verify.sweep import (
 )
 from playbook.verify.yardsticks import LlamaBench
 
+# No space left, a file past the size limit (ulimit -f), a quota: the write failed for want of room.
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
 LIB_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python 0.3.36 loads libllama from there when set
 MTMD_SYMBOL = "llama_cpp.mtmd_cpp.mtmd_init_from_file"  # loads libmtmd: checked when the plan built it
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
@@ -157,18 +160,20 @@ def run_verify(
     for name, value in extra_env.items():
         log(f"children get {name}={value}")
     probe = run_child(["probe"], site_dir, logs / "probe.log", timeout, python, extra_env=extra_env)
-    model_error = ""
+    model_failure: Finding | None = None
     try:
         model_path = prepare_model(params.model, source_path, cache_dir)
     except OSError as error:  # the synthetic model's write: a full disk must not end verify unrecorded
-        model_path, model_error = cache_dir / "models", f"writing the model: {error}"
+        evidence = f"writing the model: {error}"
+        model_path = cache_dir / "models"
+        model_failure = (finding_for("disk-full", evidence, stage="load") if error.errno in FULL_DISK_ERRNOS
+                         else unrecognised(evidence, "load"))
     result = VerifyResult(False, wheel.name, str(site_dir), probe, str(model_path), {}, threads, [],
                           runtime_env=dict(runtime_env or {}), dll_directories=list(dll_directories or []),
                           extras=extras)
-    if model_error:
-        result.findings = _unique(findings + [finding_for("disk-full", model_error, stage="load")
-                                              if _is_full_disk(model_error) else unrecognised(model_error, "load")])
-        result.summary = model_error
+    if model_failure is not None:
+        result.findings = _unique(findings + [model_failure])
+        result.summary = model_failure.evidence
         return result
     if installed.returncode != 0:
         findings.append(finding_for("install-failed", "\n".join((installed.stdout + installed.stderr).strip()
@@ -510,10 +515,6 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         remember_repairs(run, facts, plan)
     run.finish_step(Step.VERIFY, build.attempt, verify_outcome(result), result.summary, [f.id for f in result.findings])
     return result
-
-
-def _is_full_disk(text: str) -> bool:
-    return any(words in text for words in ("No space left on device", "File too large", "Disk quota exceeded"))
 
 
 def remember_repairs(run: RunFolder, facts: Any, plan: Any) -> None:
