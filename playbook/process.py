@@ -90,8 +90,9 @@ def run_streaming(
         elif silence_timeout_s is not None and now - last_output > silence_timeout_s:
             outcome.stalled = True
         if outcome.stopped:
-            outcome.still_running = group_commands(proc.pid)
-            kill_group(proc)
+            running = session_processes(proc.pid)
+            outcome.still_running = [command for _, command in running]
+            kill_group(proc, running)
             break
     outcome.returncode = proc.wait()
     reader.join(timeout=5)
@@ -135,15 +136,11 @@ def session_processes(session_id: int) -> list[tuple[int, str]]:
     return found
 
 
-def group_commands(session_id: int) -> list[str]:
-    return [command for _, command in session_processes(session_id)]
-
-
-def kill_group(proc: subprocess.Popen[str]) -> None:
+def kill_group(proc: subprocess.Popen[str], running: list[tuple[int, str]] | None = None) -> None:
     """Kill a child started with ``start_new_session`` and everything it started, also what it put in
-    process groups of their own (ninja's compile commands)."""
+    process groups of their own (ninja's compile commands). ``running``: its session, when already listed."""
     if os.name == "posix":
-        stragglers = [pid for pid, _ in session_processes(proc.pid)]
+        stragglers = [pid for pid, _ in (session_processes(proc.pid) if running is None else running)]
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
