@@ -84,7 +84,7 @@ class ConsoleReporter:
             bar = tqdm(total=expected or None, desc="  measuring", unit="point", file=sys.stderr, leave=False,
                        disable=None)
             while not self._stop.wait(POLL_S):
-                done = len(list(layout.verify_logs(call.attempt).glob("bench-ngl-*.log")))
+                done = len(layout.bench_logs(call.attempt))
                 if done != bar.n:
                     bar.n = done
                     bar.refresh()

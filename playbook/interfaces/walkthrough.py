@@ -134,7 +134,7 @@ def latest_progress(log_file: Path, tail_bytes: int = 64 * 1024) -> tuple[int, i
 
 
 def sweep_points_done(run: RunFolder, attempt: int) -> int:
-    return len(list(run.layout.verify_logs(attempt).glob("bench-ngl-*.log")))
+    return len(run.layout.bench_logs(attempt))
 
 
 def new_run(params_file: str, output_root: Path) -> RunFolder:

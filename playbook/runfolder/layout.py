@@ -167,6 +167,14 @@ class Layout:
     def verify_logs(self, attempt: int) -> Path:
         return self.root / VERIFY_LOGS / f"attempt-{attempt}"
 
+    def bench_log(self, attempt: int, n_gpu_layers: int) -> Path:
+        """One sweep point's child log."""
+        return self.verify_logs(attempt) / f"bench-ngl-{n_gpu_layers}.log"
+
+    def bench_logs(self, attempt: int) -> list[Path]:
+        """The sweep points measured so far (or being measured) in an attempt."""
+        return sorted(self.verify_logs(attempt).glob("bench-ngl-*.log"))
+
     def throughput(self, attempt: int, suffix: str) -> Path:
         return self._attempt_file("throughput", attempt, suffix)
 

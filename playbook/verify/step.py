@@ -243,7 +243,7 @@ def run_verify(
         log(f"measuring n_gpu_layers={ngl}: pp{params.verify.prompt_tokens}, tg{params.verify.gen_tokens}, "
             f"{params.verify.repetitions} repetitions, {threads} threads")
         outcome = run_bench_child(model_path, ngl, settings, params.verify.prompt_tokens, params.verify.gen_tokens,
-                                  params.verify.repetitions, site_dir, logs / f"bench-ngl-{ngl}.log", timeout,
+                                  params.verify.repetitions, site_dir, layout.bench_log(attempt, ngl), timeout,
                                   python, extra_env, expected=expected_here)
         point = sweep_point(outcome, ngl, settings)
         result.points.append(point)
