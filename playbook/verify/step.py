@@ -506,7 +506,7 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         extras=plan.extras,
         find_links=plan.find_links,
         multimodal=plan.multimodal,
-        gpu_present=bool(facts.gpus),
+        gpu_present=bool(facts.device_for(plan.backend)),
         cuda_architectures=plan.cuda_architectures if plan.backend == "cuda" else "",
         cuda_toolkit=plan.cuda_toolkit,
     )
