@@ -131,6 +131,7 @@ def measure(args: argparse.Namespace, work: Path, cache: Path, second_cache: Pat
     else:
         seconds, ok = plain_pip(source.path, plain_args, work / "a", plan.find_links, not args.plain_no_build_isolation)
         rows.append((plain_label, seconds, ok, ninja_steps((work / "a" / "plain-pip.log").read_text())))
+        print(f"{plain_label}: {seconds:.1f} s, {'ok' if ok else 'FAILED'}", file=sys.stderr, flush=True)
     changed = dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG])
     cases = [("(b) playbook, cold", plan, "b", cache), ("(c) playbook, one flag changed", changed, "c", cache),
              ("(d) playbook, nothing changed", changed, "d", cache)]
@@ -148,6 +149,7 @@ def measure(args: argparse.Namespace, work: Path, cache: Path, second_cache: Pat
             f"{result.progress.total} ninja steps" if result.progress.total else "",
             f"ccache {ccache_summary(result.ccache)}" if result.ccache else ""]))
         rows.append((label, seconds, result.ok, detail))
+        print(f"{label}: {seconds:.1f} s, {'ok' if result.ok else 'FAILED'}; {detail}", file=sys.stderr, flush=True)
 
     base = rows[0][1]
     print(f"{facts.cpu.model}, {facts.cpu.logical_cores} cores; CMAKE_ARGS={plain_args}")

@@ -38,3 +38,26 @@ def test_throughput_table_of_the_7b_reference_run():
     full = rows["33"]
     assert 0.9 < full[4] < 1.1 and 0.9 < full[5] < 1.1  # pp and tg within 10% of llama-bench
     assert full[1] > 10 * rows["0"][1]  # generation with every layer on the GPU is >10x none
+
+
+def build_speed_rows(text: str) -> dict[str, tuple[float, float, str]]:
+    """build_speed.py's final table: case letter -> (wall seconds, ratio to (a), detail)."""
+    import re
+
+    rows = {}
+    for match in re.finditer(r"^\((\w)\) .*?\s(\d+\.\d)\s+(\d\.\d{3})\s+yes[ \t]*(.*)$", text, re.MULTILINE):
+        rows[match.group(1)] = (float(match.group(2)), float(match.group(3)), match.group(4))
+    return rows
+
+
+def test_the_remote_cache_figures_quoted_come_from_the_archived_outputs():
+    """Both machines' case (e) meets its goal (<= 0.15x a plain pip wheel), and the READMEs quote the
+    archived files' own numbers."""
+    readmes = (ROOT / "README.md").read_text() + (ROOT / "benchmarks" / "README.md").read_text()
+    for name in ("build-speed-remote-cache-cpu-vm.txt", "build-speed-remote-cache-gpu-machine.txt"):
+        rows = build_speed_rows((ROOT / "benchmarks" / "results" / name).read_text())
+        assert set(rows) == {"a", "b", "c", "d", "e"}, name
+        seconds, ratio, detail = rows["e"]
+        assert ratio <= 0.15 and "remote" in detail, (name, rows["e"])
+        assert f"{seconds:.1f} s" in readmes and f"{rows['b'][0]:.1f} s" in readmes, name
+        assert round(seconds / rows["a"][0], 3) == ratio
