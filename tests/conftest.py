@@ -11,10 +11,19 @@ from playbook.steps.detect import CudaToolkit, Facts, Gpu, NvidiaDriver, detect
 DATA = Path(__file__).parent / "data"
 
 
-def cmake_project(tmp_path: Path) -> Path:
-    """The smallest source tree the playbook accepts: scikit-build-core, CMake, a vendor/llama.cpp folder."""
+VOCAB = DATA / "ggml-vocab-llama-spm.gguf"
+
+
+def cmake_project(tmp_path: Path, with_vocabulary: bool = False) -> Path:
+    """The smallest source tree the playbook accepts: scikit-build-core, CMake, a vendor/llama.cpp folder;
+    ``with_vocabulary`` adds the llama.cpp vocabulary verify writes its synthetic model from."""
+    import shutil
+
     project = tmp_path / "src"
     (project / "vendor" / "llama.cpp").mkdir(parents=True)
+    if with_vocabulary:
+        (project / "vendor" / "llama.cpp" / "models").mkdir()
+        shutil.copy(VOCAB, project / "vendor" / "llama.cpp" / "models" / VOCAB.name)
     (project / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("# stands in for llama.cpp\n")
     (project / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES CXX)\n")
     (project / "pyproject.toml").write_text(

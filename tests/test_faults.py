@@ -32,14 +32,8 @@ from playbook.steps.caches import cached_wheel
 from playbook.steps.configure import configure
 from playbook.steps.source import SourceInfo
 
-VOCAB = Path(__file__).resolve().parent / "data" / "ggml-vocab-llama-spm.gguf"
-
-
 def compiled_project(tmp_path: Path, source_text: str = "int tiny() { return 42; }\n") -> Path:
-    project = cmake_project(tmp_path)
-    models = project / "vendor" / "llama.cpp" / "models"  # verify writes its synthetic model from this vocabulary
-    models.mkdir()
-    shutil.copy(VOCAB, models / VOCAB.name)
+    project = cmake_project(tmp_path, with_vocabulary=True)
     (project / "tiny.cpp").write_text(source_text)
     (project / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES CXX)\n"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +13,12 @@ from playbook.errors import ExitCode
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 
-VOCAB = Path(__file__).resolve().parents[1] / "data" / "ggml-vocab-llama-spm.gguf"
 STEP_LINE = re.compile(r"^[✓✗] (detect|configure|build|repair|verify)\b")
 
 
 def deprecated_flag_project(tmp_path: Path) -> Path:
     """A source tree that fails as llama.cpp does when given the old LLAMA_CUBLAS, and builds without it."""
-    project = cmake_project(tmp_path)
+    project = cmake_project(tmp_path, with_vocabulary=True)
     (project / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES CXX)\n"
         "if(LLAMA_CUBLAS)\n"
@@ -28,9 +26,6 @@ def deprecated_flag_project(tmp_path: Path) -> Path:
         '  message(FATAL_ERROR "stopping, as the old flag asks for a CUDA build this tree cannot make")\n'
         "endif()\n"
     )
-    models = project / "vendor" / "llama.cpp" / "models"
-    models.mkdir()
-    shutil.copy(VOCAB, models / VOCAB.name)
     return project
 
 
