@@ -193,3 +193,34 @@ def test_playbook_chain_and_papermill_cli_write_the_same_run_folder(tmp_path):
     chain_steps = [(s.step, s.attempt, s.outcome) for s in by_chain.record().steps]
     hand_steps = [(s.step, s.attempt, s.outcome) for s in RunFolder(by_hand).record().steps]
     assert chain_steps == hand_steps and len(chain_steps) == 3
+
+
+def readme_block(heading: str) -> list[str]:
+    """The command lines of the first ```bash block under a README heading."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_readmes_papermill_steps_work_as_written(tmp_path):
+    """A new user copies these lines into a shell in a fresh clone: each one must work as it stands."""
+    import shlex
+
+    root = Path(__file__).resolve().parent.parent
+    for folder in ("notebooks", "params"):
+        (tmp_path / folder).symlink_to(root / folder)
+    lines = readme_block("### One step at a time, with papermill's own CLI")
+    commands = [shlex.split(line, comments=True) for line in lines]
+    assert [c[0] for c in commands].count(".venv/bin/papermill") == 2
+    assert commands[-1][:2] == [".venv/bin/playbook", "resume"]
+    for line, command in zip(lines[:-1], commands[:-1]):  # playbook resume builds llama.cpp: the chain tests cover it
+        if command[:2] == ["mkdir", "-p"]:
+            (tmp_path / command[-1]).mkdir(parents=True)
+            continue
+        done = subprocess.run([*PAPERMILL, *command[1:]], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
+    run = RunFolder(tmp_path / "outputs" / "mine")
+    # the names the chain gives these notebooks
+    assert run.layout.notebook(Step.DETECT).is_file() and run.layout.notebook(Step.CONFIGURE).is_file()
+    assert run.params().build.jobs == 2 and read_json(BuildPlan, run.layout.plan(1)).backend == "cpu"
