@@ -123,17 +123,17 @@ def test_two_runs_at_once_on_one_cache_each_end_with_a_whole_entry(tmp_path):
     project = compiled_project(tmp_path)
     cache = tmp_path / "cache"
     runs = [playbook_run(tmp_path, project, tmp_path / f"outputs-{n}", cache=cache) for n in (1, 2)]
-    for proc in runs:
-        proc.communicate(timeout=600)
+    shown = [proc.communicate(timeout=600)[0] for proc in runs]
     builds = []
     for n in (1, 2):
         (run_dir,) = (tmp_path / f"outputs-{n}").iterdir()
         run = RunFolder(run_dir)
         build_records = [s for s in run.record().steps if s.step is Step.BUILD]
-        assert build_records[0].outcome in (Outcome.OK, Outcome.REUSED), build_records
+        assert build_records[0].outcome in (Outcome.OK, Outcome.REUSED), (build_records, shown[n - 1])
         builds.append(read_json(BuildResult, run.layout.build_result(1)))
-        assert check_run(run_dir).ok
-    assert sorted(bool(b.reused_wheel) for b in builds) == [False, True]  # built once, reused once
+        assert check_run(run_dir).ok, (check_run(run_dir), shown[n - 1])
+    # built once, reused once
+    assert sorted(bool(b.reused_wheel) for b in builds) == [False, True], (builds, shown)
     entries = list((cache / "wheels").glob("*/entry.json"))
     assert len(entries) == 1
     assert json.loads(entries[0].read_text())["sha256"] == builds[0].wheel.sha256 == builds[1].wheel.sha256
