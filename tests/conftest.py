@@ -7,6 +7,7 @@ import pytest
 
 from playbook.serialization import from_dict
 from playbook.steps.detect import CudaToolkit, Facts, Gpu, NvidiaDriver, detect
+from playbook.steps.source import SourceInfo
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,6 +32,22 @@ def cmake_project(tmp_path: Path, with_vocabulary: bool = False) -> Path:
         '[project]\nname = "tiny"\nversion = "0.1"\n'
     )
     return project
+
+
+def compiled_project(tmp_path: Path, source_text: str = "int tiny() { return 42; }\n",
+                     with_vocabulary: bool = False) -> Path:
+    """:func:`cmake_project` whose CMakeLists compiles one C++ source into a shared library and installs it."""
+    project = cmake_project(tmp_path, with_vocabulary)
+    (project / "tiny.cpp").write_text(source_text)
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES CXX)\n"
+        "add_library(tiny SHARED tiny.cpp)\ninstall(TARGETS tiny LIBRARY DESTINATION tiny)\n")
+    return project
+
+
+def tree_source(project: Path) -> SourceInfo:
+    """A source tree as the build step takes it."""
+    return SourceInfo("tree", str(project), "0.1", "", "test project")
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cmake_project
+from conftest import compiled_project, tree_source
 
 from playbook.errors import ExitCode
 from playbook.knowledge.failures import diagnose_file
@@ -30,15 +30,6 @@ from playbook.serialization import read_json
 from playbook.steps.build import BuildResult, run_build
 from playbook.steps.caches import cached_wheel
 from playbook.steps.configure import configure
-from playbook.steps.source import SourceInfo
-
-def compiled_project(tmp_path: Path, source_text: str = "int tiny() { return 42; }\n") -> Path:
-    project = cmake_project(tmp_path, with_vocabulary=True)
-    (project / "tiny.cpp").write_text(source_text)
-    (project / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES CXX)\n"
-        "add_library(tiny SHARED tiny.cpp)\ninstall(TARGETS tiny LIBRARY DESTINATION tiny)\n")
-    return project
 
 
 def sleeping_launcher(tmp_path: Path, marker: Path) -> Path:
@@ -47,10 +38,6 @@ def sleeping_launcher(tmp_path: Path, marker: Path) -> Path:
     launcher.write_text(f"#!/bin/sh\nwhile [ -e '{marker}' ]; do sleep 1; done\nexec \"$@\"\n")
     launcher.chmod(launcher.stat().st_mode | stat.S_IEXEC)
     return launcher
-
-
-def tree(project: Path) -> SourceInfo:
-    return SourceInfo("tree", str(project), "0.1", "", "test project")
 
 
 def playbook_run(tmp_path: Path, project: Path, outputs: Path, *extra: str, cache: Path | None = None,
@@ -84,7 +71,8 @@ def test_a_build_that_goes_silent_is_stopped_and_named(this_machine, tmp_path):
     plan = configure(this_machine, params)
     layout = Layout(tmp_path / "run")
     started = time.monotonic()
-    result = run_build(plan, tree(compiled_project(tmp_path)), layout, tmp_path / "cache", timeout_s=600,
+    source = tree_source(compiled_project(tmp_path, with_vocabulary=True))
+    result = run_build(plan, source, layout, tmp_path / "cache", timeout_s=600,
                        stall_timeout_s=8)
     assert time.monotonic() - started < 120  # stopped by the silence, not the 600 s deadline
     assert result.stalled and not result.ok and not result.timed_out
@@ -99,7 +87,7 @@ def test_a_build_that_goes_silent_is_stopped_and_named(this_machine, tmp_path):
 
 def test_a_corrupt_wheel_cache_entry_is_moved_aside_and_rebuilt(this_machine, tmp_path):
     plan = configure(this_machine, load_params(None, ["backend=cpu", "build.ccache=off"]))
-    source, cache = tree(compiled_project(tmp_path)), tmp_path / "cache"
+    source, cache = tree_source(compiled_project(tmp_path, with_vocabulary=True)), tmp_path / "cache"
     first = run_build(plan, source, Layout(tmp_path / "run1"), cache, run_id="run1")
     assert first.ok and not first.reused_wheel
     entry = cached_wheel(cache, first.fingerprint)
@@ -120,7 +108,7 @@ def test_a_corrupt_wheel_cache_entry_is_moved_aside_and_rebuilt(this_machine, tm
 
 
 def test_two_runs_at_once_on_one_cache_each_end_with_a_whole_entry(tmp_path):
-    project = compiled_project(tmp_path)
+    project = compiled_project(tmp_path, with_vocabulary=True)
     cache = tmp_path / "cache"
     runs = [playbook_run(tmp_path, project, tmp_path / f"outputs-{n}", cache=cache) for n in (1, 2)]
     shown = [proc.communicate(timeout=600)[0] for proc in runs]
@@ -160,7 +148,7 @@ def _file_size_limit(limit_bytes: int):
 
 def test_a_disk_that_fills_during_the_build_is_named_and_nothing_recorded_is_damaged(tmp_path):
     big = 'extern "C" const char blob[] = {' + ",".join(["1"] * 3_000_000) + "};\n"  # an object file of 3 MB
-    project = compiled_project(tmp_path, big)
+    project = compiled_project(tmp_path, big, with_vocabulary=True)
     outputs = tmp_path / "outputs"
     proc = playbook_run(tmp_path, project, outputs, "--set", "build.max_attempts=1",
                         preexec_fn=_file_size_limit(2_000_000))
@@ -180,7 +168,7 @@ def test_kill_9_during_the_build_and_during_verify_then_resume(tmp_path):
     marker = tmp_path / "hang"
     marker.touch()
     launcher = sleeping_launcher(tmp_path, marker)
-    project = compiled_project(tmp_path)
+    project = compiled_project(tmp_path, with_vocabulary=True)
     outputs = tmp_path / "outputs"
     proc = playbook_run(tmp_path, project, outputs, "--set", f"build.cmake_args=['-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}']",
                         "--set", "build.max_attempts=1", start_new_session=True)
@@ -232,7 +220,7 @@ def read_only_folder(tmp_path):
 
 
 def test_a_read_only_output_folder_is_refused_before_anything_runs(tmp_path, read_only_folder):
-    proc = playbook_run(tmp_path, compiled_project(tmp_path), read_only_folder / "outputs")
+    proc = playbook_run(tmp_path, compiled_project(tmp_path, with_vocabulary=True), read_only_folder / "outputs")
     shown, _ = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.RUN_FOLDER, shown
     assert "not writable" in shown and "--output" in shown and str(read_only_folder) in shown
@@ -243,7 +231,7 @@ def test_a_read_only_output_folder_is_refused_before_anything_runs(tmp_path, rea
 def test_paths_with_spaces_and_non_ascii_characters_work(tmp_path):
     home = tmp_path / "my builds ü ñ"
     home.mkdir()
-    project = compiled_project(home)
+    project = compiled_project(home, with_vocabulary=True)
     proc = playbook_run(home, project, home / "run outputs é", "--set", "build.max_attempts=1")
     shown, _ = proc.communicate(timeout=600)
     (run_dir,) = (home / "run outputs é").iterdir()

@@ -20,7 +20,7 @@ from playbook.runfolder.integrity import ABSENT, CHANGED, MISSING, UNLISTED, ame
 from playbook.serialization import write_json
 from playbook.steps.build import BuildResult, WheelInfo
 from playbook.steps.configure import configure
-from playbook.steps.source import SourceInfo, resolve_source
+from playbook.steps.source import SourceInfo
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.step import VerifyResult
 
@@ -163,15 +163,3 @@ def test_fleet_view_of_the_reference_runs(tmp_path):
     assert retried.attempts == 2 and retried.wheel_reused and retried.cuda_architectures == "90"
     csv, png = write_outputs(fleet_table(runs), tmp_path)
     assert csv.read_text().count("\n") == len(runs) + 1 and png.stat().st_size > 10_000
-
-
-def test_a_bundle_folder_is_a_source(tmp_path):
-    bundle = tmp_path / "bundle"
-    tree = bundle / "source" / "llama_cpp_python-0.3.36"
-    (tree / "vendor" / "llama.cpp").mkdir(parents=True)
-    (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("")
-    (tree / "pyproject.toml").write_text("")
-    (bundle / "wheels").mkdir()
-    (bundle / "BUNDLE.json").write_text(json.dumps({"source_tree": "/elsewhere/source/llama_cpp_python-0.3.36"}))
-    info = resolve_source("0.3.36", "", tmp_path / "cache", str(bundle))
-    assert info.kind == "tree" and Path(info.path) == tree and "offline bundle" in info.origin

