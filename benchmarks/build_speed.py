@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from playbook.localhost import free_port, wait_until_listening
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
 from playbook.steps.build import ccache_summary, last_progress, run_build, toolchain
@@ -52,26 +53,16 @@ def plain_pip(sdist: str, cmake_args: str, out: Path, find_links: str = "", isol
 
 def start_redis(work: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A redis-server on a free localhost port, standing in for a fleet's shared cache."""
-    import socket
-
     server = shutil.which("redis-server")
     if not server:
         raise SystemExit("--start-redis needs redis-server (apt-get install redis-server)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                              "--dir", str(work)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"redis://127.0.0.1:{port}"
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise SystemExit(f"redis-server did not listen on port {port}") from None
-            time.sleep(0.2)
+    if not wait_until_listening(port, proc, timeout_s=30):
+        proc.kill()
+        raise SystemExit(f"redis-server did not listen on port {port}")
+    return proc, f"redis://127.0.0.1:{port}"
 
 
 def ninja_steps(log: str) -> str:

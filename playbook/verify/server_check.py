@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from playbook.localhost import free_port
 
 PROMPT = "The capital of France is"
 MAX_TOKENS = 4
@@ -45,12 +46,6 @@ class ServerCheck:
     returncode: int | None = None  # the server's, when it exited on its own
     error: str = ""
     log_tail: str = ""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def server_command(python: str, model: Path, port: int, n_gpu_layers: int) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from playbook.localhost import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "tests" / "output" / "browser"
@@ -37,12 +38,6 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def jupyterlab(tmp_path):
     """A JupyterLab server on localhost without a token; yields (base URL, root folder, outputs folder)."""
@@ -53,7 +48,7 @@ def jupyterlab(tmp_path):
     # No "receive Jupyter news?" toast over the notebook, no update check (the machine may be offline).
     (config / "labconfig" / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
            "LLAMA_PLAYBOOK_OUTPUTS": str(outputs)}
     log = (tmp_path / "jupyterlab.log").open("w")

@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import cmake_project
 
+from playbook.localhost import free_port, wait_until_listening
+
 BUCKET = "fleet-runs"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +31,8 @@ def s3_env(tmp_path_factory):
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail(f"moto's server did not start: {log.read_text()[-2000:]}")
-                time.sleep(0.2)
+        if not wait_until_listening(port, server, timeout_s=60):
+            pytest.fail(f"moto's server did not start: {log.read_text()[-2000:]}")
         client = boto3.session.Session().client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
                                                 aws_access_key_id="testing", aws_secret_access_key="testing")
         client.create_bucket(Bucket=BUCKET)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import compiled_project, tree_source
 
+from playbook.localhost import free_port, wait_until_listening
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
 from playbook.steps.build import run_build
@@ -91,21 +92,11 @@ def test_libraries_left_in_the_tree_are_removed_and_not_fingerprinted(tmp_path):
 # ---------------------------------------------------------------- a compiler cache shared by a fleet
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def redis_url(tmp_path):
     """A real redis-server (Debian's redis-server package; .ci/run installs it) on a free localhost port."""
     import shutil
-    import socket
     import subprocess
-    import time
 
     server = shutil.which("redis-server")
     if not server:
@@ -114,15 +105,8 @@ def redis_url(tmp_path):
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                              "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail(f"redis-server did not listen on port {port}")
-                time.sleep(0.1)
+        if not wait_until_listening(port, proc, timeout_s=20, interval_s=0.1):
+            pytest.fail(f"redis-server did not listen on port {port}")
         yield f"redis://127.0.0.1:{port}"
     finally:
         proc.terminate()
