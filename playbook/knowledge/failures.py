@@ -12,13 +12,11 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from playbook.errors import KnowledgeBaseError, PlaybookError
+from playbook.knowledge.compatibility import knowledge
 
 KNOWLEDGE_FILE = "failures.yaml"
 PLATFORMS = ("any", "linux", "windows", "macos", "wsl")
@@ -100,10 +98,6 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    @property
-    def known(self) -> bool:
-        return self.id != UNRECOGNISED
-
 
 @dataclass(frozen=True)
 class KnowledgeBase:
@@ -165,8 +159,7 @@ def parse_knowledge_base(document: dict[str, Any]) -> KnowledgeBase:
 
 @lru_cache(maxsize=1)
 def load_knowledge_base() -> KnowledgeBase:
-    text = resources.files("playbook.knowledge").joinpath(KNOWLEDGE_FILE).read_text(encoding="utf-8")
-    return parse_knowledge_base(yaml.safe_load(text))
+    return parse_knowledge_base(knowledge(Path(KNOWLEDGE_FILE).stem))
 
 
 def fill_fix(fix: str, cuda_version: str = "") -> str:

@@ -26,15 +26,12 @@ import sys
 import time
 import zipfile
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import yaml
-
 from playbook.errors import PlaybookError
 from playbook.files import atomic_write_text, sha256_of
+from playbook.knowledge.compatibility import knowledge
 from playbook.process import run_captured
 
 SPEC_PREFIX = "pypi:"
@@ -104,17 +101,11 @@ def platform_key(system: str | None = None, machine: str | None = None) -> str:
     return f"{system}-{machine}"
 
 
-@lru_cache(maxsize=1)
-def _pins_document() -> dict[str, Any]:
-    text = resources.files("playbook.knowledge").joinpath(PINS_FILE).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
-
-
 def releases(key: str | None = None) -> dict[str, Release]:
     """Every pinned release for platform ``key`` (default: this machine), oldest first."""
     key = key or platform_key()
     found: dict[str, Release] = {}
-    for name, row in _pins_document()["releases"].items():
+    for name, row in knowledge(Path(PINS_FILE).stem)["releases"].items():
         wheels = {component: PinnedWheel(component, str(w["package"]), str(w["version"]), str(w["file"]),
                                          str(w["sha256"]), str(w.get("note", "")))
                   for component, w in (row.get(key) or {}).items()}
@@ -249,7 +240,7 @@ def download(wheels: list[PinnedWheel], folder: Path, *, python: str = sys.execu
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
             raise ToolkitError(f"pip could not download the CUDA wheels ({', '.join(w.package for w in missing)}):\n"
                                f"{tail}\nan offline machine needs them in {folder} (same file names)")
-    for wheel in wheels:
+    for wheel in missing:  # the others were checked above
         if not _good(folder / wheel.file, wheel.sha256):
             raise ToolkitError(f"{folder / wheel.file} is missing or its sha256 is not the pinned {wheel.sha256}")
     return {w.component: folder / w.file for w in wheels}

@@ -4,11 +4,9 @@ quantization's tolerance (``playbook/knowledge/tolerances.yaml``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
-import yaml
+from playbook.knowledge.compatibility import knowledge
 
 
 @dataclass
@@ -22,10 +20,8 @@ class Agreement:
     top1_in_cpu_top5: float = 0.0  # near-ties in random-weight models swap places; this shows it
 
 
-@lru_cache(maxsize=1)
 def tolerances() -> dict[str, dict[str, float]]:
-    text = resources.files("playbook.knowledge").joinpath("tolerances.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)["tolerances"]
+    return knowledge("tolerances")["tolerances"]
 
 
 def compare_logits(cpu_file: Path, gpu_file: Path, n_vocab: int, quant: str) -> Agreement:
