@@ -645,8 +645,8 @@ def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRun
     info = Path(rocm.root) / ".info" / "version"  # "6.4.1-120": the release with its patch, which hipconfig lacks
     if info.is_file():
         rocm.version = parse_first_version(info.read_text())
-    if not rocm.version and rocm.hipconfig.path:
-        rocm.version = parse_hipconfig_version(runner([rocm.hipconfig.path, "--version"], 30).stdout)
+    if not rocm.version:
+        rocm.version = parse_hipconfig_version(rocm.hipconfig.banner)  # what detect_tool ran above printed
     clang = Path(rocm.root) / "llvm" / "bin" / "clang"
     rocm.hip_clang = str(clang) if clang.is_file() else ""
     if rocm.rocminfo.path:
