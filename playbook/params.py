@@ -47,7 +47,10 @@ PARAMETER_GROUPS = ("backend", "source", "cuda", "hip", "vulkan", "build", "mode
 SourceKind = Literal["sdist", "path"]
 ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
+# KV cache types llama-bench's -ctk/-ctv and llama_cpp.GGML_TYPE_* both name.
 KvTypeName = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+FlashAttn = Literal["auto", "on", "off"]
+LoadMode = Literal["auto", "mmap", "none"]
 
 
 def at_least(minimum: int, default: Any) -> Any:
@@ -153,11 +156,11 @@ class VerifyParams:
     # (defaults: llama-bench's own).
     n_batch: int = at_least(1, 2048)
     n_ubatch: int = at_least(1, 512)
-    flash_attn: Literal["auto", "on", "off"] = "auto"
+    flash_attn: FlashAttn = "auto"
     type_k: KvTypeName = "f16"
     type_v: KvTypeName = "f16"
     offload_kqv: bool = True
-    load_mode: Literal["auto", "mmap", "none"] = "auto"
+    load_mode: LoadMode = "auto"
     # Search the runtime settings on the built wheel (playbook.verify.tune) after the sweep.
     tune: bool = False
     # Tokens already in the KV cache while tuning measures (llama-bench's -d).

@@ -168,10 +168,6 @@ def write_attestation(run: RunFolder, retroactive: str = "") -> Path:
     return atomic_write_text(run.layout.attestation, json.dumps(build_statement(run, retroactive).to_dict(), indent=2) + "\n")
 
 
-def read_attestation(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / ATTESTATION).read_text())
-
-
 def _files(run_dir: Path) -> list[tuple[str, Path]]:
     return [(p.relative_to(run_dir).as_posix(), p) for p in sorted(run_dir.rglob("*"))
             if p.is_file() and not is_derived(p.relative_to(run_dir).as_posix())]

@@ -12,13 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Literal
 
-FlashAttn = Literal["auto", "on", "off"]
-LoadMode = Literal["auto", "mmap", "none"]
-# KV cache types llama-bench's -ctk/-ctv and llama_cpp.GGML_TYPE_* both name.
-KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
-KV_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+from playbook.params import FlashAttn, KvTypeName, LoadMode
 
 
 @dataclass(frozen=True)
@@ -27,8 +22,8 @@ class BenchSettings:
     n_batch: int = 2048
     n_ubatch: int = 512
     flash_attn: FlashAttn = "auto"
-    type_k: KvType = "f16"
-    type_v: KvType = "f16"
+    type_k: KvTypeName = "f16"
+    type_v: KvTypeName = "f16"
     offload_kqv: bool = True
     load_mode: LoadMode = "auto"  # llama.cpp's load_mode: mmap, none (read into memory), auto
     # Environment variables the child and llama-bench get, e.g. (("GGML_CUDA_DISABLE_GRAPHS", "1"),).
