@@ -27,7 +27,7 @@ from playbook.errors import MissingPredecessor, PlanRefused, RunFolderError, Ste
 from playbook.locks import RunLock
 from playbook.params import Params, flatten_groups, load_params, with_changes
 from playbook.runfolder.attestation import write_attestation
-from playbook.runfolder.folder import Outcome, RunFolder, StepRecord, utc_now
+from playbook.runfolder.folder import Outcome, RunFolder, StepRecord, run_folders, utc_now
 from playbook.runfolder.history import archive_rerun, keep_file
 from playbook.runfolder.layout import PARAMS, Step
 from playbook.runfolder.redact import redact_file, redact_folder, run_secrets
@@ -138,7 +138,7 @@ def _run_folder(step: Step, run_dir: str | Path, params_file: str, changes: dict
         created = RunFolder.create(output_root, params, _source_text(params_file, changes))
         print(f"new run folder: {created.path}")
         return created
-    runs = sorted(p.parent for p in Path(output_root).glob("*/run.json")) if Path(output_root).is_dir() else []
+    runs = run_folders(output_root)
     if not runs:
         raise MissingPredecessor(f"{step.value} needs a run folder, and {output_root} has none: run "
                                  "notebooks/detect.ipynb first, or set run_dir")

@@ -129,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     from playbook.interfaces.terminal import ConsoleReporter
     from playbook.params import load_params
     from playbook.resources import default_output_root, resolve_params_file
-    from playbook.runfolder.folder import check_writable
+    from playbook.runfolder.folder import check_writable, run_folders
     from playbook.runfolder.remote import check_remote, is_remote, upload_run
     from playbook.steps.source import resolve_params_source
 
@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             run = run_chain(params, source, Path(local), force=args.force, verbose=args.verbose, on_event=reporter)
         finally:  # a failed or refused run is uploaded too: it is the record of what happened
-            for folder in sorted(p.parent for p in Path(local).glob("*/run.json")):
+            for folder in run_folders(Path(local)):
                 print(f"uploaded {folder.name} to {upload_run(folder, output)}")
         return _exit_status(run)
 

@@ -23,7 +23,7 @@ from papermill.iorw import papermill_io
 from playbook.knowledge.failures import Finding
 from playbook.runfolder.folder import RunFolder, RunRecord
 from playbook.runfolder.integrity import check_run
-from playbook.runfolder.layout import WHEELHOUSE
+from playbook.runfolder.layout import REPORT_INDEX, WHEELHOUSE
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
@@ -102,7 +102,7 @@ def read_summary(run_dir: Path) -> RunSummary:
         detect=read_json(Facts, layout.detect_facts) if layout.detect_facts.is_file() else None,
         plan=read_json(BuildPlan, layout.plan(plans[-1])) if plans else None,
         attempts=attempts,
-        notebooks=sorted(p.name for p in run.path.glob("*.ipynb")),
+        notebooks=[p.name for p in layout.notebooks()],
         plot_png=plot if plot and (run.path / plot).is_file() else "",
         plot_alt=plot_description(verified[-1].verify.points, verified[-1].verify.probe.result is None or
                                   bool(verified[-1].verify.probe.result.get("supports_gpu_offload")))
@@ -127,7 +127,7 @@ def write_report(run_dir: Path, output: str = "") -> str:
         page = _ENV.get_template("notebook").render(title=f"{summary.run_id} · {name}", body=body, name=name)
         _write(page, f"{output}/{Path(name).stem}.html")
     plot = base64.b64encode((run_dir / summary.plot_png).read_bytes()).decode() if summary.plot_png else ""
-    index = f"{output}/index.html"
+    index = f"{output}/{REPORT_INDEX}"
     _write(_ENV.get_template("index").render(s=summary, plot=plot, Path=Path), index)
     return index
 

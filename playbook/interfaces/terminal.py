@@ -192,5 +192,5 @@ def summary_lines(run: RunFolder) -> list[str]:
                              f"prompt processing {full.pp_tokens_per_s:.1f} t/s")
     lines.append(f"details: {run.path} (run.json, the executed notebooks, logs)")
     lines.append(f"  report: playbook report {shlex.quote(str(run.path))}   "
-                 f"(writes {run.layout.report / 'index.html'})")
+                 f"(writes {run.layout.report_index})")
     return lines

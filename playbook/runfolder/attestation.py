@@ -23,7 +23,7 @@ from typing import Any
 
 from playbook.files import atomic_write_text, sha256_of
 from playbook.runfolder.folder import RunFolder, utc_now
-from playbook.runfolder.layout import ATTESTATION, LOCK, MANIFEST, WHEELHOUSE
+from playbook.runfolder.layout import ATTESTATION, LOCK, MANIFEST, Layout
 from playbook.serialization import read_json
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -119,7 +119,7 @@ def build_statement(run: RunFolder, retroactive: str = "") -> Statement:
     record = run.record()
     builds = {n: read_json(BuildResult, layout.build_result(n)) for n in layout.attempts("build")}
     verifies = {n: read_json(VerifyResult, layout.verify_result(n)) for n in layout.attempts("verify")}
-    subjects = [_wheel_subject(n, b, verifies.get(n)) for n, b in builds.items() if b.ok and b.wheel]
+    subjects = [_wheel_subject(layout, n, b, verifies.get(n)) for n, b in builds.items() if b.ok and b.wheel]
     subject_paths = {s.annotations["path"] for s in subjects}
     facts = read_json(Facts, layout.detect_facts) if layout.detect_facts.is_file() else None
     plan_attempts = layout.attempts("plan")
@@ -173,13 +173,13 @@ def _files(run_dir: Path) -> list[tuple[str, Path]]:
             if p.is_file() and not is_derived(p.relative_to(run_dir).as_posix())]
 
 
-def _wheel_subject(attempt: int, build: Any, verify: Any) -> ResourceDescriptor:
+def _wheel_subject(layout: Layout, attempt: int, build: Any, verify: Any) -> ResourceDescriptor:
     wheel = build.wheel
     return ResourceDescriptor(
         name=wheel.name,
         digest={"sha256": wheel.sha256},
         mediaType=MEDIA_TYPES[".whl"],
-        annotations={"path": f"{WHEELHOUSE}/attempt-{attempt}/{wheel.name}", "attempt": attempt,
+        annotations={"path": layout.in_run(layout.wheel_dir(attempt) / wheel.name), "attempt": attempt,
                      "size_bytes": wheel.size_bytes, "verified": verify.ok if verify else None,
                      **({"reused_from_wheel_cache": build.reused_wheel} if build.reused_wheel else {})},
     )

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from playbook.errors import RunFolderError
 from playbook.files import sha256_of
 from playbook.params import Params, params_from_dict
-from playbook.runfolder.layout import MANIFEST, Layout, Step
+from playbook.runfolder.layout import MANIFEST, RUN, Layout, Step
 from playbook.runfolder.redact import redact_text
 from playbook.serialization import read_json, write_json
 
@@ -95,6 +95,12 @@ def check_writable(folder: Path) -> None:
     except OSError as error:
         raise RunFolderError(f"output folder {folder} is not writable ({error.strerror or error}); pass --output with "
                              "a folder you can write to, or set LLAMA_PLAYBOOK_OUTPUTS") from None
+
+
+def run_folders(output_root: Path) -> list[Path]:
+    """The run folders directly under ``output_root``, oldest first (their names begin with the UTC time)."""
+    root = Path(output_root)
+    return sorted(p.parent for p in root.glob(f"*/{RUN}")) if root.is_dir() else []
 
 
 class RunFolder:

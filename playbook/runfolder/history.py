@@ -37,8 +37,7 @@ def archive_rerun(run_dir: Path, step: Step, attempt: int = 1) -> Path | None:
     earlier = outputs_from(run_dir, step, attempt)
     if not earlier:
         return None
-    suffix = f"-attempt-{attempt}" if step.per_attempt else ""
-    target = _new_history_folder(run_dir, step.value + suffix)
+    target = _new_history_folder(run_dir, step.file_stem(attempt))
     for path in earlier:
         destination = target / path.relative_to(run_dir)
         destination.parent.mkdir(parents=True, exist_ok=True)

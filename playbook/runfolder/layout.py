@@ -48,6 +48,10 @@ class Step(str, Enum):
     def label(self, attempt: int) -> str:
         return f"{self.value} (attempt {attempt})" if self.per_attempt else self.value
 
+    def file_stem(self, attempt: int) -> str:
+        """``build-attempt-2``, ``detect``: the step's notebook name without its number, and its history folder's."""
+        return f"{self.value}-attempt-{attempt}" if self.per_attempt else self.value
+
 
 # Within an attempt, repair follows a failed build or a failed verify.
 CHAIN_ORDER = {Step.DETECT: 1, Step.CONFIGURE: 2, Step.BUILD: 3, Step.VERIFY: 4, Step.REPAIR: 5}
@@ -58,6 +62,7 @@ MANIFEST = "manifest.json"
 ATTESTATION = "provenance.json"
 HISTORY = "history"
 REPORT = "report"
+REPORT_INDEX = "index.html"  # in REPORT, or wherever `playbook report --output` writes
 LOCK = ".run.lock"
 
 DETECT_FACTS = "detect.json"
@@ -134,13 +139,24 @@ class Layout:
         return self.root / REPORT
 
     @property
+    def report_index(self) -> Path:
+        return self.report / REPORT_INDEX
+
+    @property
     def lock(self) -> Path:
         return self.root / LOCK
 
+    def in_run(self, path: Path) -> str:
+        """``path`` as the run folder's records name it: relative, with forward slashes."""
+        return Path(path).relative_to(self.root).as_posix()
+
     # ---- the steps' files
     def notebook(self, step: Step, attempt: int = 1) -> Path:
-        suffix = f"-attempt-{attempt}" if step.per_attempt else ""
-        return self.root / f"{step.number:02d}-{step.value}{suffix}.ipynb"
+        return self.root / f"{step.number:02d}-{step.file_stem(attempt)}.ipynb"
+
+    def notebooks(self) -> list[Path]:
+        """The executed notebooks in the run folder, by name."""
+        return sorted(self.root.glob("*.ipynb"))
 
     @property
     def detect_facts(self) -> Path:
