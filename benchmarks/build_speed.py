@@ -84,6 +84,9 @@ def main() -> None:
                         help="start a redis-server on a free localhost port as the remote cache (case (e))")
     parser.add_argument("--skip-plain-pip", type=float, default=None, metavar="SECONDS",
                         help="do not run (a); use this earlier measurement of it for the ratios (say so when quoting)")
+    parser.add_argument("--only-plain-pip", action="store_true",
+                        help="run (a) alone: where one command may not hold all cases, the next command on the same "
+                             "machine runs (b)-(e) with --skip-plain-pip")
     args = parser.parse_args()
 
     work = args.work or Path(tempfile.mkdtemp(prefix="build-speed-"))
@@ -123,6 +126,10 @@ def measure(args: argparse.Namespace, work: Path, cache: Path, second_cache: Pat
         seconds, ok = plain_pip(source.path, plain_args, work / "a", plan.find_links, not args.plain_no_build_isolation)
         rows.append((plain_label, seconds, ok, ninja_steps((work / "a" / "plain-pip.log").read_text())))
         print(f"{plain_label}: {seconds:.1f} s, {'ok' if ok else 'FAILED'}", file=sys.stderr, flush=True)
+    if args.only_plain_pip:
+        print(f"{facts.cpu.model}, {facts.cpu.logical_cores} cores; CMAKE_ARGS={plain_args}")
+        print(f"{rows[0][0]:56} {rows[0][1]:8.1f}  {'yes' if rows[0][2] else 'NO'}  {rows[0][3]}")
+        return
     changed = dataclasses.replace(plan, cmake_args=[*plan.cmake_args, ONE_FLAG])
     cases = [("(b) playbook, cold", plan, "b", cache), ("(c) playbook, one flag changed", changed, "c", cache),
              ("(d) playbook, nothing changed", changed, "d", cache)]
