@@ -279,18 +279,6 @@ class Facts:
     def best_gpu(self) -> Gpu | None:
         return max(self.gpus, key=lambda gpu: float(gpu.compute_capability or 0), default=None)
 
-    def device_for(self, backend: str) -> str:
-        """The device a wheel of this backend would offload to here, named; empty when there is none.
-        Vulkan counts CPU-type devices too: configure makes them visible (GGML_VK_VISIBLE_DEVICES)."""
-        if backend == "vulkan":
-            return self.vulkan.devices[0].name if self.vulkan.devices else ""
-        if backend == "hip":
-            return self.rocm.gpus[0].name if self.rocm.gpus else ""
-        if backend == "metal":
-            return self.apple.chip
-        best = self.best_gpu
-        return best.name if best else ""
-
 
 # ---------------------------------------------------------------- parsers (pure)
 

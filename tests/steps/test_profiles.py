@@ -67,6 +67,17 @@ def test_vulkan_profile():
     assert {"vulkan-loader-missing", "vulkan-no-device"} <= set(plan.warning_codes())
 
 
+def test_hip_profile():
+    plan = configure(machine("rx7900xtx-rocm6.2"), profile("hip"))
+    assert plan.backend == "hip" and plan.blockers == [], plan.blockers
+    assert "-DGGML_HIP=on" in plan.cmake_args and plan.gpu_targets == "gfx1100"
+    assert plan.env["HIPCXX"] == "/opt/rocm-6.2.4/llvm/bin/clang"
+    plan = configure(machine("rx7900xtx-rocm6.2"), profile("hip", "hip.targets=gfx1100;gfx1030"))
+    assert "-DAMDGPU_TARGETS=gfx1100;gfx1030" in plan.cmake_args
+    # no ROCm at all: refused before building, naming what to install
+    assert "rocm-missing" in {b.code for b in configure(machine("no-gpu"), profile("hip")).blockers}
+
+
 def test_fork_profile_lists_required_symbols(tmp_path):
     plan = configure(machine("gpu-machine-h200"), profile("fork", f"source.path={tmp_path}"))
     assert plan.source_path == str(tmp_path) and plan.source_kind == "path"

@@ -1,4 +1,8 @@
-"""CUDA: which toolkit, which architectures, and the conflicts of toolkit, driver and host compiler."""
+"""CUDA: which toolkit, which architectures, and the conflicts of toolkit, driver and host compiler.
+
+Reads the NVIDIA GPUs and driver, the CUDA toolkits, the compilers (nvcc's host compiler) and Visual Studio
+from detect; its tables are ``knowledge/cuda.yaml`` and ``knowledge/cuda_wheels.yaml`` (the toolkits on PyPI).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING
 
 from playbook.knowledge import compatibility
+from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
 from playbook.knowledge.compatibility import minimum_driver, toolkit_supports_arch, version_tuple
+from playbook.params import Backend
 from playbook.steps.configure import windows
 from playbook.steps.detect import CCCL_HEADERS, CudaToolkit, Facts, Tool
 from playbook.toolkits import pypi
@@ -326,3 +332,53 @@ def check_driver_libraries(planner: Planner) -> None:
                      f"the loader finds libcuda.so.1 at {facts.libcuda_paths[0]} before /usr/lib/wsl/lib: a Linux "
                      "driver or a stub shadows WSL's; remove it (apt remove the nvidia driver packages, or the "
                      "stub's folder from /etc/ld.so.conf.d) and run `sudo ldconfig`")
+
+
+class CudaBackend(BackendUnit):
+    name = Backend.CUDA
+    cmake_switch = "-DGGML_CUDA=on"
+    facts_read = ("gpus", "driver", "cuda_toolkits", "compilers", "visual_studio", "libcuda_paths",
+                  "stub_on_ld_library_path", "wsl_driver_libs")
+    knowledge = ("cuda.yaml", "cuda_wheels.yaml", "gpus.yaml")
+    failure_family = "cuda-toolchain"
+    profile = "cuda-native"
+    auto_rank = 10
+    mib_per_compile_job = 3 * GIB_MIB
+    device_log_name = "CUDA"
+    status = "runs on the GPU machine"
+
+    def prepare(self, planner: Planner) -> None:
+        planner.toolkit = choose_toolkit_for(planner)
+
+    def assess(self, planner: Planner) -> Assessment:
+        gpu, toolkit = planner.facts.best_gpu, planner.toolkit
+        if gpu and toolkit:
+            return Assessment(f"{gpu.name} (compute {gpu.compute_capability}) and CUDA {toolkit.version} found")
+        return Assessment(blocked_because="no NVIDIA GPU visible" if not gpu else "no CUDA toolkit (nvcc) found")
+
+    def requested(self, planner: Planner) -> Backend:
+        toolkit = planner.toolkit
+        if toolkit is None:
+            spec = planner.params.cuda.toolkit
+            where = "" if spec == "auto" else f" at {spec}"
+            planner.block("cuda-toolkit-missing", f"backend cuda asked for, but no CUDA toolkit{where} was found: the "
+                          "build will fail; install one, or set cuda.toolkit")
+            propose_pypi_toolkit(planner, "no CUDA toolkit found")
+            planner.decide("backend", "cuda", "asked for in parameters; no toolkit found")
+        else:
+            planner.decide("backend", "cuda", f"asked for in parameters; CUDA {toolkit.version}")
+        return self.name
+
+    def fallback_hint(self, planner: Planner) -> None:
+        gpu = planner.facts.best_gpu
+        if gpu:
+            propose_pypi_toolkit(planner, f"{gpu.name} found but no CUDA toolkit; for a CUDA build set backend: cuda")
+
+    def configure(self, planner: Planner) -> None:
+        configure(planner)
+        if planner.platform in ("linux", "wsl"):
+            check_driver_libraries(planner)
+
+    def device(self, facts: Facts) -> str:
+        best = facts.best_gpu
+        return best.name if best else ""
