@@ -108,6 +108,8 @@ class CudaToolkit:
     version: str
     cccl_headers: dict[str, bool] = field(default_factory=dict)
     has_cublas: bool = False
+    # The architectures its nvcc compiles for ("75", "90"), from nvcc --list-gpu-arch; empty when not asked.
+    gpu_architectures: list[str] = field(default_factory=list)
 
     @property
     def has_cccl(self) -> bool:
@@ -289,6 +291,11 @@ def parse_nvcc_version(banner: str) -> str:
         r"release\s+(\d+\.\d+)", banner
     )
     return match.group(1) if match else ""
+
+
+def parse_nvcc_gpu_list(text: str) -> list[str]:
+    """``nvcc --list-gpu-arch`` prints ``compute_75`` ... one a line: the numbers, in its order."""
+    return list(dict.fromkeys(re.findall(r"^(?:compute|sm)_(\d+)[af]?\s*$", text, re.MULTILINE)))
 
 
 def parse_first_version(banner: str) -> str:
@@ -825,6 +832,7 @@ def detect_cuda_toolkits(environ: Mapping[str, str], search_path: str, runner: C
         if real_root in toolkits:
             continue
         out = runner([str(nvcc), "--version"], 30)
+        architectures = runner([str(nvcc), "--list-gpu-arch"], 30)  # CUDA 11.0 and newer
         toolkits[real_root] = CudaToolkit(
             root=str(root),
             found_by=found_by,
@@ -832,6 +840,7 @@ def detect_cuda_toolkits(environ: Mapping[str, str], search_path: str, runner: C
             version=parse_nvcc_version(out.stdout),
             cccl_headers=cccl_headers_present(root),
             has_cublas=has_cublas(root),
+            gpu_architectures=parse_nvcc_gpu_list(architectures.stdout) if architectures.returncode == 0 else [],
         )
     return list(toolkits.values())
 
