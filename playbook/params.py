@@ -36,6 +36,8 @@ class Backend(str, Enum):
     HIP = "hip"
     METAL = "metal"
     VULKAN = "vulkan"
+    SYCL = "sycl"
+    OPENBLAS = "openblas"
     CPU = "cpu"
     PREBUILT = "prebuilt"
 
@@ -125,6 +127,9 @@ class BuildParams:
     # An existing llama.cpp shared library (the file or its folder): llama-cpp-python is built without
     # compiling llama.cpp and loads this one through LLAMA_CPP_LIB_PATH.
     prebuilt_lib: str = ""
+    # true: the wheel also gets llama.cpp's RPC client (-DGGML_RPC=ON) on top of the backend, to offload layers
+    # to rpc-server processes; the plan says how to build the server from the same tree (playbook.backends.rpc).
+    rpc: bool = False
 
 
 @dataclass

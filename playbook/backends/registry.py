@@ -9,7 +9,9 @@ from playbook.backends.cpu import CpuBackend
 from playbook.backends.cuda import CudaBackend
 from playbook.backends.hip import HipBackend
 from playbook.backends.metal import MetalBackend
+from playbook.backends.openblas import OpenBlasBackend
 from playbook.backends.prebuilt import PrebuiltBackend
+from playbook.backends.sycl import SyclBackend
 from playbook.backends.vulkan import VulkanBackend
 from playbook.errors import ParameterError
 from playbook.params import Backend
@@ -21,6 +23,8 @@ UNITS: tuple[BackendUnit, ...] = (
     HipBackend(),
     MetalBackend(),
     VulkanBackend(),
+    SyclBackend(),
+    OpenBlasBackend(),
     FALLBACK_UNIT,
 )
 FALLBACK = FALLBACK_UNIT.name

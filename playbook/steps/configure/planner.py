@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playbook.backends import registry
+from playbook.backends import registry, rpc
 from playbook.params import Backend, Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
@@ -90,6 +90,8 @@ class Planner:
         if self.backend is not Backend.CUDA:
             self.toolkit = self.toolkit_request = None
         choice.configure_backend(self)
+        if self.params.build.rpc:
+            rpc.configure(self)
         self._cpu_code()
         self._multimodal()
         self.generator = windows.choose_generator(self)
@@ -109,7 +111,7 @@ class Planner:
                         "build.native is false: no -march=native, the wheel runs on other CPUs too")
 
     def _multimodal(self) -> None:
-        if not registry.unit(self.backend).builds_llama_cpp:
+        if not self.builds_llama_cpp():
             return
         needs_mtmd = self.symbols_needing_mtmd()
         if self.params.build.multimodal or needs_mtmd:
@@ -121,6 +123,9 @@ class Planner:
         self.decide("multimodal library", f"not built (-D{MULTIMODAL_OPTION}=OFF)",
                     "nothing but the multimodal chat handlers loads libmtmd, and the text API never does: "
                     "fewer objects to compile; set build.multimodal: true to build it")
+
+    def builds_llama_cpp(self) -> bool:
+        return registry.unit(self.backend).builds_llama_cpp
 
     def symbols_needing_mtmd(self) -> list[str]:
         return [s for s in self.params.verify.required_symbols if s.startswith(MTMD_MODULE)]
@@ -255,6 +260,7 @@ class Planner:
             required_symbols=list(params.verify.required_symbols),
             blockers=self.blockers,
             remembered_repairs=self.replayed,
+            rpc=rpc.server_plan(self.cmake_args) if self.params.build.rpc and self.builds_llama_cpp() else None,
         )
         studio = windows.newest_visual_studio(self.facts)
         plan.shell_commands = shell_lines(plan, studio.dev_shell if studio else "", studio.vcvarsall if studio else "")
