@@ -61,6 +61,9 @@ class BackendUnit:
     """Peak resident memory of one compiler process on its sources, measured on llama.cpp's."""
     device_log_name: ClassVar[str] = ""
     """The name llama.cpp gives its buffers in a load log ("CUDA" in "CUDA0 model buffer size = ...")."""
+    planned_on_macos: ClassVar[bool] = False
+    """True when asking for it on macOS plans it as on any other system; otherwise the Mac's own choice (Metal or
+    CPU, :mod:`playbook.steps.configure.apple`) decides."""
     status: ClassVar[str] = ""
     """Where it has run, as the README's backend table says: runs here, runs on the GPU machine, compiled only,
     planned only."""

@@ -11,8 +11,8 @@ import re
 from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING
 
-from playbook.knowledge import compatibility
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
+from playbook.knowledge import compatibility
 from playbook.knowledge.compatibility import minimum_driver, toolkit_supports_arch, version_tuple
 from playbook.params import Backend
 from playbook.steps.configure import windows

@@ -51,6 +51,7 @@ class OpenBlasBackend(BackendUnit):
     knowledge = ("blas.yaml",)
     profile = "openblas"
     offloads = False
+    planned_on_macos = True  # Homebrew's openblas
     status = "planned only"
 
     def assess(self, planner: Planner) -> Assessment:

@@ -69,7 +69,8 @@ class SyclBackend(BackendUnit):
         super().configure(planner)
         planner.set_cmake_arg(f"-DCMAKE_C_COMPILER={compilers['c']}")
         planner.set_cmake_arg(f"-DCMAKE_CXX_COMPILER={compilers['cxx']}")
-        planner.decide("SYCL compilers", f"{compilers['c']} and {compilers['cxx']}", compilers["source"])
+        planner.decide("SYCL compilers", f"{compilers['c']} and {compilers['cxx']}",
+                       f"as llama.cpp's SYCL guide builds it ({compilers['source']})")
         planner.warn("sycl-planned-only", "SYCL is planned and diagnosed only: the playbook has never built or run it")
         cxx = compiler(sycl, platform)
         if not sycl.found:

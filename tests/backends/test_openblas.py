@@ -70,6 +70,16 @@ def test_pkg_config_missing_is_refused_even_with_openblas():
     assert "find_package(PkgConfig REQUIRED)" in plan.blockers[0].message
 
 
+def test_homebrew_s_openblas_is_planned_on_a_mac():
+    mac = machine("m2-mac")
+    mac.openblas = dataclasses.replace(machine("debian12-openblas").openblas,
+                                       library="/opt/homebrew/opt/openblas/lib/libopenblas.dylib",
+                                       cblas_header="/opt/homebrew/opt/openblas/include/cblas.h")
+    plan = configure(mac, load_params(OPENBLAS))
+    assert plan.backend == "openblas" and "-DCMAKE_PREFIX_PATH=/opt/homebrew/opt/openblas" in plan.cmake_args
+    assert configure(mac, load_params()).backend == "metal"  # auto on the Mac is still the Mac's choice
+
+
 def test_openblas_offloads_nothing_and_auto_keeps_the_plain_cpu():
     unit = registry.unit("openblas")
     assert unit.offloads is False and unit.device(machine("debian12-openblas")) == ""

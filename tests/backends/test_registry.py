@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from playbook import resources
 from playbook.backends import registry
 from playbook.knowledge.failures import FAMILIES
 from playbook.params import PARAMETER_BACKENDS, Backend
+from playbook.process import run_captured
 from playbook.steps.detect import Facts, HipGpu, parse_vulkaninfo_summary
 
 PACKAGE = Path(__file__).resolve().parents[2] / "playbook"
@@ -167,5 +167,14 @@ def test_the_graph_check_sees_a_cycle(tmp_path):
 @pytest.mark.parametrize("module", sorted(m for m in playbook_modules()
                                           if m.startswith(("playbook.steps.configure", "playbook.backends"))))
 def test_each_module_imports_alone(module):
-    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = run_captured([sys.executable, "-c", f"import {module}"], timeout_s=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_configure_s_lazy_names_resolve():
+    from playbook.steps import configure
+
+    assert sorted(configure.__all__) == sorted(configure._EXPORTS)
+    assert all(callable(getattr(configure, name)) for name in configure.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'plan_everything'"):
+        configure.plan_everything  # noqa: B018

@@ -15,7 +15,8 @@ _EXPORTS = {
     "Planner": "planner", "configure": "planner", "configure_here": "planner", "configure_step": "planner",
     "machine_platform": "planner", "parallel_jobs": "planner",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = ["BuildPlan", "Decision", "PlanWarning", "Planner", "configure", "configure_here", "configure_step",
+           "machine_platform", "multimodal_built", "parallel_jobs"]
 
 
 def __getattr__(name: str) -> Any:

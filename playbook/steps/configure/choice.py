@@ -25,11 +25,11 @@ def choose(planner: Planner) -> Backend:
         if reason := unit.takes_precedence(planner):
             planner.decide("backend", unit.name.value, reason)
             return unit.name
-    if planner.facts.os.system == "Darwin":
+    wanted = planner.params.backend
+    if planner.facts.os.system == "Darwin" and (wanted is Backend.AUTO or not registry.unit(wanted).planned_on_macos):
         return apple.choose_backend(planner)
     for unit in registry.units():
         unit.prepare(planner)
-    wanted = planner.params.backend
     if wanted is Backend.AUTO:
         return _auto(planner)
     chosen = registry.unit(wanted).requested(planner)

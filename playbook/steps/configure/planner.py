@@ -10,7 +10,6 @@ unit under :mod:`playbook.backends` (chosen by :mod:`.choice`); a platform's qui
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from playbook.backends import registry, rpc
 from playbook.params import Backend, Params
