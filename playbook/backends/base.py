@@ -93,6 +93,11 @@ class BackendUnit:
                        f"asked for in parameters; {assessment.usable_because or assessment.blocked_because}")
         return self.name
 
+    def settings_given(self, planner: Planner) -> list[str]:
+        """Its parameters set away from their defaults ("cuda.architectures=999"): ignored when another backend is
+        built, which the plan then says."""
+        return []
+
     def fallback_hint(self, planner: Planner) -> None:
         """``backend: auto`` found nothing better than the CPU: say what would make this backend usable."""
 

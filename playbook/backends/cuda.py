@@ -413,6 +413,11 @@ class CudaBackend(BackendUnit):
             planner.decide("backend", "cuda", f"asked for in parameters; CUDA {toolkit.version}")
         return self.name
 
+    def settings_given(self, planner: Planner) -> list[str]:
+        cuda = planner.params.cuda
+        return ([f"cuda.architectures={cuda.architectures}"] if cuda.architectures != "native" else []) + \
+            ([f"cuda.toolkit={cuda.toolkit}"] if cuda.toolkit != "auto" else [])
+
     def fallback_hint(self, planner: Planner) -> None:
         gpu = planner.facts.best_gpu
         if gpu:

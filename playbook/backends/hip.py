@@ -106,6 +106,10 @@ class HipBackend(BackendUnit):
         planner.decide("backend", "hip", f"asked for in parameters; ROCm {planner.facts.rocm.version or 'not found'}")
         return self.name
 
+    def settings_given(self, planner: Planner) -> list[str]:
+        targets = planner.params.hip.targets
+        return [f"hip.targets={targets}"] if targets != "native" else []
+
     def configure(self, planner: Planner) -> None:
         configure(planner)
 

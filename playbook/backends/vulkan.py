@@ -152,6 +152,10 @@ class VulkanBackend(BackendUnit):
         planner.decide("backend", "vulkan", f"asked for in parameters; {devices}")
         return self.name
 
+    def settings_given(self, planner: Planner) -> list[str]:
+        folder = planner.params.vulkan.include_dir
+        return [f"vulkan.include_dir={folder}"] if folder else []
+
     def configure(self, planner: Planner) -> None:
         configure(planner)
 

@@ -62,8 +62,13 @@ def test_an_unknown_architecture_is_refused_with_backend_auto_too():
     assert plan.backend == "cpu" and message, plan.warnings
     assert "cuda.architectures = '999'" in message and "knowledge/cuda.yaml" in message
     assert "accepted: 50, 52" in message and "120, 121" in message  # the table, where no nvcc runs
-    assert not blocker(configure(machine("no-gpu"), load_params(None, ["cuda.architectures=90"])),
-                       "cuda-arch-unknown")
+    valid = configure(machine("no-gpu"), load_params(None, ["cuda.architectures=90"]))
+    assert not blocker(valid, "cuda-arch-unknown")
+    # a valid value is not silently ignored either: the plan says it does not apply to a CPU build
+    assert [str(w) for w in valid.warnings if w.code == "settings-ignored"] == [
+        "cuda.architectures=90 set, but the wheel is built for cpu: ignored (set backend to build for what they "
+        "configure)"]
+    assert "settings-ignored" not in configure(machine("no-gpu"), load_params()).warning_codes()
 
 
 def test_backend_cuda_checks_against_the_toolkit_s_own_list():

@@ -21,6 +21,15 @@ if TYPE_CHECKING:
 
 
 def choose(planner: Planner) -> Backend:
+    chosen = _choose(planner)
+    ignored = [s for unit in registry.units() if unit.name is not chosen for s in unit.settings_given(planner)]
+    if ignored:
+        planner.warn("settings-ignored", f"{', '.join(ignored)} set, but the wheel is built for {chosen.value}: "
+                     "ignored (set backend to build for what they configure)")
+    return chosen
+
+
+def _choose(planner: Planner) -> Backend:
     for unit in registry.units():
         if reason := unit.takes_precedence(planner):
             planner.decide("backend", unit.name.value, reason)
