@@ -65,9 +65,9 @@ def test_an_unknown_architecture_is_refused_with_backend_auto_too():
     valid = configure(machine("no-gpu"), load_params(None, ["cuda.architectures=90"]))
     assert not blocker(valid, "cuda-arch-unknown")
     # a valid value is not silently ignored either: the plan says it does not apply to a CPU build
-    assert [str(w) for w in valid.warnings if w.code == "settings-ignored"] == [
-        "cuda.architectures=90 set, but the wheel is built for cpu: ignored (set backend to build for what they "
-        "configure)"]
+    ignored = ("cuda.architectures=90 set, but the wheel is built for cpu: ignored (set backend to build for what "
+               "they configure)")
+    assert [str(w) for w in valid.warnings if w.code == "settings-ignored"] == [ignored]
     assert "settings-ignored" not in configure(machine("no-gpu"), load_params()).warning_codes()
 
 
