@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ class Backend(str, Enum):
     HIP = "hip"
     METAL = "metal"
     VULKAN = "vulkan"
+    SYCL = "sycl"
+    OPENBLAS = "openblas"
     CPU = "cpu"
     PREBUILT = "prebuilt"
 
@@ -124,6 +127,9 @@ class BuildParams:
     # An existing llama.cpp shared library (the file or its folder): llama-cpp-python is built without
     # compiling llama.cpp and loads this one through LLAMA_CPP_LIB_PATH.
     prebuilt_lib: str = ""
+    # true: the wheel also gets llama.cpp's RPC client (-DGGML_RPC=ON) on top of the backend, to offload layers
+    # to rpc-server processes; the plan says how to build the server from the same tree (playbook.backends.rpc).
+    rpc: bool = False
 
 
 @dataclass
@@ -284,6 +290,7 @@ def check_params(params: Params) -> None:
     if include_dir and not (Path(include_dir).expanduser() / "vulkan" / "vulkan_core.h").is_file():
         raise ParameterError(f"vulkan.include_dir {include_dir!r} holds no vulkan/vulkan_core.h; give the folder "
                              "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
+    check_cuda_architectures_syntax(params.cuda.architectures)
     if params.build.ccache_remote:
         check_ccache_remote(params.build.ccache_remote, params.build.ccache)
     if params.cuda.toolkit.lower().startswith("pypi:"):
@@ -302,6 +309,26 @@ def check_params(params: Params) -> None:
         raise ParameterError("verify.tune_depths takes one or more token counts of 0 or more, e.g. [0, 4096]")
     if params.verify.gpu_memory_budget < 0:
         raise ParameterError("verify.gpu_memory_budget is MiB of GPU memory, 0 for none")
+
+
+# CMake's CMAKE_CUDA_ARCHITECTURES: a compute capability's number, with an optional feature suffix (90a, 100f)
+# and -real or -virtual; or one of CMake's words. "native" is the playbook's (the detected GPU).
+CUDA_ARCHITECTURE_ENTRY = re.compile(r"\d{2,3}[af]?(-real|-virtual)?")
+CUDA_ARCHITECTURE_WORDS = ("native", "all", "all-major")
+
+
+def check_cuda_architectures_syntax(value: str) -> None:
+    """Each entry is a CMake architecture: ``sm_90`` is nvcc's spelling, which CMake rejects."""
+    entries = [e.strip() for e in value.split(";")]
+    for entry in entries:
+        if (entry in CUDA_ARCHITECTURE_WORDS and len(entries) == 1) or CUDA_ARCHITECTURE_ENTRY.fullmatch(entry):
+            continue
+        digits = re.sub(r"\D", "", entry)
+        hint = f" (for {entry} write {digits})" if digits and entry.lower().startswith(("sm_", "compute_")) else ""
+        raise ParameterError(
+            f"cuda.architectures = {value!r}: {entry!r} is not a CUDA architecture CMake accepts{hint}; give "
+            "compute capabilities as numbers separated by ';' (e.g. 90, or 86;89;120, or 90a, 80-real), "
+            "or one of native, all, all-major")
 
 
 CCACHE_REMOTE_SCHEMES = ("redis", "http")  # ccache's HTTP storage speaks plain HTTP, not HTTPS

@@ -24,9 +24,11 @@ from playbook.steps.detect import (
     InstalledLlamaCpp,
     Memory,
     NvidiaDriver,
+    OpenBlas,
     OperatingSystem,
     PythonInfo,
     Rocm,
+    Sycl,
     Tool,
     VisualStudio,
     Vulkan,
@@ -38,6 +40,7 @@ from playbook.steps.detect import (
     parse_nvcc_version,
     parse_nvidia_smi_csv,
     parse_rocminfo,
+    parse_sycl_ls,
     parse_vswhere_json,
     parse_vulkaninfo_summary,
 )
@@ -90,7 +93,29 @@ def facts_from_spec(spec: dict[str, Any]) -> Facts:
         facts.rocm = _rocm(spec["rocm"])
     if "apple" in spec:
         facts.apple = Apple(**spec["apple"])
+    if "sycl" in spec:
+        facts.sycl = _sycl(spec["sycl"])
+    if "openblas" in spec:
+        blas = spec["openblas"]
+        facts.openblas = OpenBlas(blas.get("library", ""), blas.get("cblas_header", ""),
+                                  Tool("pkg-config", blas.get("pkg_config", True), "/usr/bin/pkg-config", "1.8.1"),
+                                  blas.get("pkg_config_module", ""))
     return facts
+
+
+def _sycl(spec: dict[str, Any]) -> Sycl:
+    """What detect_sycl reads: the setvars script it finds, icpx --version and sycl-ls as recorded."""
+    root = spec.get("root", "")
+    sycl = Sycl(root, f"{root}/setvars.sh" if root else "", spec.get("environment_set", True))
+    for name in ("icpx", "icx"):
+        if name in spec:
+            banner = (DETECT / spec[name]).read_text()
+            setattr(sycl, name, Tool(name, True, f"{root}/compiler/latest/bin/{name}", parse_first_version(banner),
+                                     banner.splitlines()[0]))
+    if "sycl_ls" in spec:
+        sycl.sycl_ls = Tool("sycl-ls", True, f"{root}/compiler/latest/bin/sycl-ls")
+        sycl.devices = parse_sycl_ls((DETECT / spec["sycl_ls"]).read_text())
+    return sycl
 
 
 def _vulkan(spec: dict[str, Any]) -> Vulkan:

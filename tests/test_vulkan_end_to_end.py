@@ -21,7 +21,7 @@ from playbook.runfolder.layout import Step
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
-from playbook.steps.configure import vulkan as vulkan_plan
+from playbook.backends import vulkan as vulkan_plan
 from playbook.steps.detect import detect_vulkan, run_command
 from playbook.verify.step import VerifyResult
 

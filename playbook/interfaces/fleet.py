@@ -18,6 +18,7 @@ from pathlib import Path
 import papermill
 
 from playbook import resources
+from playbook.backends import registry
 from playbook.errors import PlaybookError
 from playbook.runfolder.folder import RunFolder
 from playbook.serialization import read_json
@@ -228,8 +229,8 @@ def overlay_series(run_dir: Path) -> OverlaySeries:
 
     best = facts.best_gpu if facts else None
     gpu = best.name if best else ""
-    if facts and not gpu and facts.vulkan.devices:
-        gpu = facts.vulkan.devices[0].name
+    if facts and plan:
+        gpu = registry.unit(plan.backend).device(facts) or gpu
     model_bytes = int(verify.model.get("file_size_bytes", 0))
     limit = verify.tg_limit_tokens_per_s
     if limit is None and best and model_bytes:  # runs verified before the limit was recorded

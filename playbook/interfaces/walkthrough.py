@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from playbook.backends import registry
 from playbook.chain import StepCall, execute_step, next_step
 from playbook.errors import PlaybookError
 from playbook.params import PARAMETER_BACKENDS, Params, load_params, with_changes
@@ -112,7 +113,7 @@ def planned_layer_counts(params: Params, plan: BuildPlan) -> list[int]:
     if params.verify.n_gpu_layers or params.model.path:
         return list(params.verify.n_gpu_layers)
     n_layer = ModelSpec(params.model.shape, params.model.quant).model_shape.n_layer
-    return layer_counts(n_layer, [], plan.backend not in ("cpu", "prebuilt"), params.verify.sweep_points)
+    return layer_counts(n_layer, [], registry.unit(plan.backend).offloads, params.verify.sweep_points)
 
 
 def apply_choices(run: RunFolder, changes: dict[str, Any]) -> Params:

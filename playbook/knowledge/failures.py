@@ -23,7 +23,7 @@ PLATFORMS = ("any", "linux", "windows", "macos", "wsl")
 STAGES = ("any", "configure", "build", "import", "load", "run")
 # What an entry is about; README.md's knowledge-base section counts entries by these.
 FAMILIES = ("cuda-configure", "cuda-toolchain", "cuda-runtime", "compiler", "linker", "build-tree", "loader", "cpu",
-            "python-packaging", "vulkan", "metal", "hip", "playbook-checks")
+            "python-packaging", "vulkan", "metal", "hip", "sycl", "playbook-checks")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ BUILD_ENV_NAMES = re.compile(
     r"|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|PATH|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|C_INCLUDE_PATH"
     r"|CPLUS_INCLUDE_PATH|PKG_CONFIG_PATH|VIRTUAL_ENV|CONDA_PREFIX|PIP_.*|SKBUILD_.*|SCB_.*|TMP|TEMP|TMPDIR"
     r"|VSINSTALLDIR|VCToolsVersion|VCINSTALLDIR|INCLUDE|LIB|DYLD_LIBRARY_PATH|MACOSX_DEPLOYMENT_TARGET"
-    r"|CCACHE_.*|NINJA_.*|MAKEFLAGS|OMP_.*|NVIDIA_.*|HF_.*|.*TOKEN.*|.*SECRET.*|.*PASSWORD.*|.*_KEY)$",
+    r"|CCACHE_.*|NINJA_.*|ONEAPI_.*|SETVARS_.*|MAKEFLAGS|OMP_.*|NVIDIA_.*|HF_.*|.*TOKEN.*|.*SECRET.*|.*PASSWORD.*|.*_KEY)$",
     re.IGNORECASE,
 )
 PYPI_TOOLKIT_MARKER = "playbook-toolkit.json"  # playbook.toolkits.pypi.MARKER: an assembled root is complete
@@ -108,6 +108,8 @@ class CudaToolkit:
     version: str
     cccl_headers: dict[str, bool] = field(default_factory=dict)
     has_cublas: bool = False
+    # The architectures its nvcc compiles for ("75", "90"), from nvcc --list-gpu-arch; empty when not asked.
+    gpu_architectures: list[str] = field(default_factory=list)
 
     @property
     def has_cccl(self) -> bool:
@@ -242,6 +244,53 @@ class Rocm:
 
 
 @dataclass
+class SyclDevice:
+    """One device as ``sycl-ls`` lists it."""
+
+    backend: str  # "level_zero:gpu", "opencl:cpu": the SYCL backend and the device type
+    name: str  # "Intel(R) Arc(TM) A770 Graphics"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.backend.endswith(":gpu")
+
+
+@dataclass
+class Sycl:
+    """Intel oneAPI, for llama.cpp's SYCL backend: its compilers, its environment script, its devices."""
+
+    root: str = ""  # the oneAPI folder: ONEAPI_ROOT, /opt/intel/oneapi, C:\Program Files (x86)\Intel\oneAPI
+    setvars: str = ""  # setvars.sh (setvars.bat on Windows), which puts the compilers and libraries on the paths
+    environment_set: bool = False  # setvars has run in the shell detect ran in (SETVARS_COMPLETED, icpx on PATH)
+    icpx: Tool = field(default_factory=lambda: Tool("icpx", found=False))  # the SYCL C++ compiler (Linux)
+    icx: Tool = field(default_factory=lambda: Tool("icx", found=False))  # C, and C++ on Windows
+    sycl_ls: Tool = field(default_factory=lambda: Tool("sycl-ls", found=False))
+    devices: list[SyclDevice] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.root or self.icpx.found or self.icx.found)
+
+    @property
+    def gpus(self) -> list[SyclDevice]:
+        return [d for d in self.devices if d.is_gpu]
+
+
+@dataclass
+class OpenBlas:
+    """OpenBLAS, for llama.cpp's BLAS backend (``-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS``)."""
+
+    library: str = ""  # the library to link (libopenblas.so, libopenblas.dylib, openblas.lib); "" when absent
+    cblas_header: str = ""  # the cblas.h ggml-blas includes
+    pkg_config: Tool = field(default_factory=lambda: Tool("pkg-config", found=False))  # ggml-blas's CMake requires it
+    pkg_config_module: str = ""  # "openblas64" or "openblas" when pkg-config knows OpenBLAS
+
+    @property
+    def found(self) -> bool:
+        return bool(self.library and self.cblas_header)
+
+
+@dataclass
 class Apple:
     chip: str = ""  # "Apple M3 Pro" (sysctl machdep.cpu.brand_string)
     metal_compiler: str = ""  # xcrun -f metal; empty when the toolchain lacks it
@@ -274,22 +323,12 @@ class Facts:
     vulkan: Vulkan = field(default_factory=Vulkan)
     rocm: Rocm = field(default_factory=Rocm)
     apple: Apple = field(default_factory=Apple)
+    sycl: Sycl = field(default_factory=Sycl)
+    openblas: OpenBlas = field(default_factory=OpenBlas)
 
     @property
     def best_gpu(self) -> Gpu | None:
         return max(self.gpus, key=lambda gpu: float(gpu.compute_capability or 0), default=None)
-
-    def device_for(self, backend: str) -> str:
-        """The device a wheel of this backend would offload to here, named; empty when there is none.
-        Vulkan counts CPU-type devices too: configure makes them visible (GGML_VK_VISIBLE_DEVICES)."""
-        if backend == "vulkan":
-            return self.vulkan.devices[0].name if self.vulkan.devices else ""
-        if backend == "hip":
-            return self.rocm.gpus[0].name if self.rocm.gpus else ""
-        if backend == "metal":
-            return self.apple.chip
-        best = self.best_gpu
-        return best.name if best else ""
 
 
 # ---------------------------------------------------------------- parsers (pure)
@@ -301,6 +340,11 @@ def parse_nvcc_version(banner: str) -> str:
         r"release\s+(\d+\.\d+)", banner
     )
     return match.group(1) if match else ""
+
+
+def parse_nvcc_gpu_list(text: str) -> list[str]:
+    """``nvcc --list-gpu-arch`` prints ``compute_75`` ... one a line: the numbers, in its order."""
+    return list(dict.fromkeys(re.findall(r"^(?:compute|sm)_(\d+)[af]?\s*$", text, re.MULTILINE)))
 
 
 def parse_first_version(banner: str) -> str:
@@ -436,6 +480,18 @@ def parse_rocminfo(text: str) -> list[HipGpu]:
     return gpus
 
 
+def parse_sycl_ls(text: str) -> list[SyclDevice]:
+    """``sycl-ls`` lines: ``[level_zero:gpu][level_zero:0] Intel(R) oneAPI Unified Runtime over Level-Zero, Intel(R)
+    Arc(TM) A770 Graphics 12.55.8 [1.3.29735+27]`` (older releases: ``[ext_oneapi_level_zero:gpu:0] Intel(R)
+    Level-Zero, Intel(R) Iris(R) Xe Graphics 1.3 [1.3.28044]``): the backend and type, and the device's name."""
+    devices = []
+    for match in re.finditer(r"^\[(?:ext_oneapi_)?(\w+):(\w+)(?::\d+)?\](?:\[[^\]]*\])?\s+[^,\n]*,\s*(.+?)\s*$", text,
+                             re.MULTILINE):
+        name = re.sub(r"\s+(?:OpenCL \S+.*|\d+\.\d+(?:\.\d+)?\s+\[.*\])$", "", match.group(3))
+        devices.append(SyclDevice(f"{match.group(1)}:{match.group(2)}", name))
+    return devices
+
+
 def parse_hipconfig_version(text: str) -> str:
     """``hipconfig --version`` prints ``6.2.41134-65d174c3e``: the ROCm release is 6.2 (HIP's version
     is the ROCm version with a build number as the patch)."""
@@ -482,6 +538,8 @@ def detect(
         temp_dir=environ.get("TEMP", environ.get("TMP", environ.get("TMPDIR", ""))),
         vulkan=detect_vulkan(environ, search_path, runner, vulkan_include_dir, python),
         rocm=detect_rocm(environ, search_path, runner),
+        sycl=detect_sycl(environ, search_path, runner),
+        openblas=detect_openblas(environ, search_path, runner),
     )
     if facts.os.system == "Darwin":
         facts.apple = detect_apple(runner)
@@ -655,6 +713,65 @@ def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRun
     rocm.has_hipblas = bool(list(lib.glob("libhipblas.so*")) or list(lib.glob("hipblas.lib")))
     rocm.has_rocblas = bool(list(lib.glob("librocblas.so*")) or list(lib.glob("rocblas.lib")))
     return rocm
+
+
+OPENBLAS_LIBRARIES = ("libopenblas.so", "libopenblas.dylib", "openblas.lib", "libopenblas.lib")
+# Where FindBLAS and ggml-blas's CMakeLists look (its find_path HINTS for cblas.h), multiarch folders included.
+OPENBLAS_LIB_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/opt/homebrew/opt/openblas/lib",
+                     "/usr/local/opt/openblas/lib")
+CBLAS_INCLUDE_DIRS = ("/usr/include", "/usr/local/include", "/usr/include/openblas", "/usr/include/*-linux-gnu",
+                      "/opt/homebrew/opt/openblas/include", "/usr/local/opt/openblas/include",
+                      "/usr/include/x86_64-linux-gnu/openblas/include")
+
+
+def detect_openblas(environ: Mapping[str, str], search_path: str, runner: CommandRunner,
+                    lib_dirs: Sequence[str] = OPENBLAS_LIB_DIRS,
+                    include_dirs: Sequence[str] = CBLAS_INCLUDE_DIRS) -> OpenBlas:
+    """The OpenBLAS library a link would use, its cblas.h (from pkg-config's openblas64 or openblas module, as
+    ggml-blas asks, else the folders its CMakeLists names) and pkg-config itself."""
+    prefix = [f"{environ['CONDA_PREFIX']}/lib"] if environ.get("CONDA_PREFIX") else []
+    folders = [Path(p) for pattern in [*prefix, *lib_dirs] for p in sorted(glob.glob(pattern))]
+    openblas = OpenBlas(library=next((str(folder / name) for folder in folders for name in OPENBLAS_LIBRARIES
+                                      if (folder / name).exists()), ""))
+    openblas.pkg_config = detect_tool("pkg-config", ["--version"], search_path, runner)
+    headers = []
+    if openblas.pkg_config.found:
+        for module in ("openblas64", "openblas"):
+            answer = runner([openblas.pkg_config.path, "--cflags-only-I", module], 20)
+            if answer.returncode == 0:
+                openblas.pkg_config_module = module
+                headers = [flag[2:] for flag in answer.stdout.split() if flag.startswith("-I")]
+                break
+    candidates = [Path(h) for h in headers] + [Path(p) for pattern in include_dirs for p in sorted(glob.glob(pattern))]
+    openblas.cblas_header = next((str(d / "cblas.h") for d in candidates if (d / "cblas.h").is_file()), "")
+    return openblas
+
+
+ONEAPI_DEFAULT_ROOTS = ("/opt/intel/oneapi", "~/intel/oneapi", r"C:\Program Files (x86)\Intel\oneAPI")
+
+
+def detect_sycl(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> Sycl:
+    """oneAPI's root and setvars script, its compilers (on PATH once setvars ran, else under the root's
+    compiler/latest/bin), and ``sycl-ls``'s devices when the environment is set."""
+    roots = [environ["ONEAPI_ROOT"]] if environ.get("ONEAPI_ROOT") else []
+    roots += [str(Path(r).expanduser()) for r in ONEAPI_DEFAULT_ROOTS]
+    sycl = Sycl()
+    for root in roots:
+        script = next((Path(root) / name for name in ("setvars.sh", "setvars.bat") if (Path(root) / name).is_file()), None)
+        if script is not None:
+            sycl.root, sycl.setvars = root, str(script)
+            break
+    on_path = shutil.which("icpx", path=search_path) or shutil.which("icx", path=search_path)
+    sycl.environment_set = environ.get("SETVARS_COMPLETED") == "1" or bool(on_path)
+    bins = os.pathsep.join([search_path, str(Path(sycl.root) / "compiler" / "latest" / "bin")]) if sycl.root \
+        else search_path
+    sycl.icpx = detect_tool("icpx", ["--version"], bins, runner)
+    sycl.icx = detect_tool("icx", ["--version"], bins, runner)
+    sycl.sycl_ls = detect_tool("sycl-ls", ["--version"], bins, runner) if sycl.environment_set else sycl.sycl_ls
+    if sycl.sycl_ls.path:
+        listed = runner([sycl.sycl_ls.path], 60)
+        sycl.devices = parse_sycl_ls(listed.stdout) if listed.returncode == 0 else []
+    return sycl
 
 
 def detect_apple(runner: CommandRunner) -> Apple:
@@ -837,6 +954,7 @@ def detect_cuda_toolkits(environ: Mapping[str, str], search_path: str, runner: C
         if real_root in toolkits:
             continue
         out = runner([str(nvcc), "--version"], 30)
+        architectures = runner([str(nvcc), "--list-gpu-arch"], 30)  # CUDA 11.0 and newer
         toolkits[real_root] = CudaToolkit(
             root=str(root),
             found_by=found_by,
@@ -844,6 +962,7 @@ def detect_cuda_toolkits(environ: Mapping[str, str], search_path: str, runner: C
             version=parse_nvcc_version(out.stdout),
             cccl_headers=cccl_headers_present(root),
             has_cublas=has_cublas(root),
+            gpu_architectures=parse_nvcc_gpu_list(architectures.stdout) if architectures.returncode == 0 else [],
         )
     return list(toolkits.values())
 

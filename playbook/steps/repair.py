@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playbook.backends import cuda as cuda_plan
 from playbook.knowledge.compatibility import toolkit_supports_arch, version_tuple
 from playbook.knowledge.failures import Finding, KnowledgeBase, diagnose_file, load_knowledge_base
 from playbook.params import Backend, Params
@@ -19,7 +20,6 @@ from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan, Decision, machine_platform, multimodal_built
-from playbook.steps.configure import cuda as cuda_plan
 from playbook.steps.configure.plan import shell_lines
 from playbook.steps.detect import Facts
 from playbook.toolkits import pypi

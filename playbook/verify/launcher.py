@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from playbook.backends import registry
 from playbook.child_scripts.dll_directories import DLL_DIRECTORIES_VARIABLE  # read by the children before llama_cpp
 from playbook.knowledge.failures import Finding, diagnose_text
 from playbook.process import run_captured
@@ -29,8 +30,10 @@ CHILD_SCRIPT = CHILD_SCRIPTS / "probe.py"
 SYMBOLS_SCRIPT = CHILD_SCRIPTS / "symbols.py"
 RESULT_PREFIX = "PLAYBOOK_RESULT "
 OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-# llama.cpp's own account of device memory: model weights, KV cache, compute and output buffers.
-GPU_BUFFER_LINE = re.compile(r"\b(?:CUDA|Metal|Vulkan|ROCm)\d* (?:model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+# llama.cpp's own account of device memory: model weights, KV cache, compute and output buffers, under each
+# backend's buffer name.
+GPU_BUFFER_LINE = re.compile(rf"\b(?:{'|'.join(registry.device_log_names())})\d* (?:model|KV|compute|output) "
+                             r"buffer size =\s+([\d.]+) MiB")
 
 
 @dataclass

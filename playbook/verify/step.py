@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from playbook.backends import registry
 from playbook.errors import PlaybookError
 from playbook.files import sha256_of
 from playbook.knowledge.failures import Finding, diagnose_text, finding_for, unrecognised
@@ -489,12 +490,13 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
     params = run.params()
     facts = run.read(Facts, layout.detect_facts)
     gpu = facts.best_gpu
+    unit = registry.unit(plan.backend)
     result = run_verify(
         layout,
         Path(build.wheel.path),
         params,
         Path(build.source.path),
-        expect_gpu=plan.backend not in ("cpu", "prebuilt"),
+        expect_gpu=unit.offloads,
         cache_dir=params.cache_dir,
         attempt=build.attempt,
         log=log,
@@ -506,7 +508,7 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         extras=plan.extras,
         find_links=plan.find_links,
         multimodal=plan.multimodal,
-        gpu_present=bool(facts.device_for(plan.backend)),
+        gpu_present=bool(unit.device(facts)),
         cuda_architectures=plan.cuda_architectures if plan.backend == "cuda" else "",
         cuda_toolkit=plan.cuda_toolkit,
     )

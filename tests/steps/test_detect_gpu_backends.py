@@ -115,23 +115,3 @@ def test_detect_apple_without_the_metal_compiler():
     assert 'unable to find utility "metal"' in apple.metal_error
     assert apple.command_line_tools == "/Library/Developer/CommandLineTools" and apple.macos_version == "15.1"
 
-
-def test_the_device_a_backend_would_use(this_machine):
-    """Verify asks this before it calls a GPU wheel's run on the CPU: a lavapipe-only machine has a Vulkan
-    device (configure makes CPU-type devices visible) but no NVIDIA GPU."""
-    from conftest import H100, make_facts
-
-    from playbook.steps.detect import HipGpu
-
-    lavapipe_only = make_facts(this_machine, gpus=[])
-    _, lavapipe_only.vulkan.devices = parse_vulkaninfo_summary((DETECT / "vulkaninfo-summary-lavapipe.txt").read_text())
-    lavapipe_only.rocm.gpus, lavapipe_only.apple.chip = [], ""
-    assert lavapipe_only.device_for("vulkan") == "llvmpipe (LLVM 15.0.6, 256 bits)"
-    assert lavapipe_only.device_for("cuda") == lavapipe_only.device_for("hip") == lavapipe_only.device_for("metal") == ""
-
-    nvidia = make_facts(lavapipe_only, gpus=[H100])
-    nvidia.vulkan.devices = []
-    nvidia.rocm.gpus = [HipGpu("Radeon RX 7900 XTX", "gfx1100")]
-    nvidia.apple.chip = "Apple M3 Pro"
-    assert nvidia.device_for("cuda") == H100.name and nvidia.device_for("vulkan") == ""
-    assert nvidia.device_for("hip") == "Radeon RX 7900 XTX" and nvidia.device_for("metal") == "Apple M3 Pro"

@@ -67,6 +67,48 @@ def test_vulkan_profile():
     assert {"vulkan-loader-missing", "vulkan-no-device"} <= set(plan.warning_codes())
 
 
+def test_hip_profile():
+    plan = configure(machine("rx7900xtx-rocm6.2"), profile("hip"))
+    assert plan.backend == "hip" and plan.blockers == [], plan.blockers
+    assert "-DGGML_HIP=on" in plan.cmake_args and plan.gpu_targets == "gfx1100"
+    assert plan.env["HIPCXX"] == "/opt/rocm-6.2.4/llvm/bin/clang"
+    plan = configure(machine("rx7900xtx-rocm6.2"), profile("hip", "hip.targets=gfx1100;gfx1030"))
+    assert "-DAMDGPU_TARGETS=gfx1100;gfx1030" in plan.cmake_args
+    # no ROCm at all: refused before building, naming what to install
+    assert "rocm-missing" in {b.code for b in configure(machine("no-gpu"), profile("hip")).blockers}
+
+
+def test_sycl_profile():
+    """Planned only: a machine with oneAPI sourced plans Intel's compilers; one without is refused, named."""
+    plan = configure(machine("arc-a770-oneapi2025"), profile("sycl"))
+    assert plan.backend == "sycl" and plan.blockers == [], plan.blockers
+    assert plan.cmake_args[:3] == ["-DGGML_SYCL=on", "-DCMAKE_C_COMPILER=icx", "-DCMAKE_CXX_COMPILER=icpx"]
+    assert plan.runtime_env == {"ZES_ENABLE_SYSMAN": "1"} and "sycl-planned-only" in plan.warning_codes()
+    f16 = configure(machine("arc-a770-oneapi2025"), profile("sycl", "build.cmake_args=[-DGGML_SYCL_F16=ON]"))
+    assert "-DGGML_SYCL_F16=ON" in f16.cmake_args
+    assert [b.code for b in configure(machine("no-gpu"), profile("sycl")).blockers] == ["oneapi-missing"]
+
+
+def test_openblas_profile():
+    plan = configure(machine("debian12-openblas"), profile("openblas"))
+    assert plan.backend == "openblas" and plan.blockers == [], plan.blockers
+    assert plan.cmake_args[:2] == ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"]
+    assert "cpu-only" in plan.warning_codes()
+    missing = configure(machine("no-gpu"), profile("openblas"))
+    assert [b.code for b in missing.blockers] == ["openblas-missing", "pkg-config-missing"]
+    assert "apt: `sudo apt install libopenblas-dev pkg-config`" in missing.blockers[0].message
+
+
+def test_rpc_profile():
+    plan = configure(machine("no-gpu"), profile("rpc"))
+    assert plan.backend == "cpu" and "-DGGML_RPC=ON" in plan.cmake_args and plan.rpc is not None
+    assert plan.rpc.server_target == "ggml-rpc-server" and plan.rpc.server_source_dir == "vendor/llama.cpp"
+    # RPC composes with the backend: on the GPU machine the same option rides on CUDA, server included
+    cuda = configure(machine("gpu-machine-h200"), profile("rpc", "backend=cuda"))
+    assert cuda.backend == "cuda" and "-DGGML_RPC=ON" in cuda.cmake_args
+    assert "-DGGML_CUDA=on" in cuda.rpc.server_cmake_args and "-DCMAKE_CUDA_ARCHITECTURES=90" in cuda.rpc.server_cmake_args
+
+
 def test_fork_profile_lists_required_symbols(tmp_path):
     plan = configure(machine("gpu-machine-h200"), profile("fork", f"source.path={tmp_path}"))
     assert plan.source_path == str(tmp_path) and plan.source_kind == "path"

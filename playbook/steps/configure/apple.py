@@ -1,4 +1,5 @@
-"""macOS: Metal on Apple silicon, CPU elsewhere, and the Rosetta trap."""
+"""macOS: which backend a Mac builds (Metal on Apple silicon, CPU elsewhere), and the Rosetta trap. Metal's own
+plan is :mod:`playbook.backends.metal`."""
 
 from __future__ import annotations
 
@@ -36,27 +37,3 @@ def choose_backend(planner: Planner) -> Backend:
     planner.decide("backend", "cpu", reason)
     planner.warn("cpu-only", "CPU-only build: the wheel will not offload any layer to a GPU")
     return Backend.CPU
-
-
-def configure_metal(planner: Planner) -> None:
-    """``-DGGML_METAL=on``. With the shader library embedded (GGML_METAL_EMBED_LIBRARY), the Metal kernels' source
-    goes into the library and the Metal framework compiles it when the model loads: no ``metal`` compiler needed
-    at build time. Without it, the build runs ``xcrun metal``, which the Command Line Tools alone lack."""
-    apple = planner.facts.apple
-    planner.cmake_args.append("-DGGML_METAL=on")
-    planner.set_cmake_arg("-DGGML_METAL_EMBED_LIBRARY=on")
-    if apple.metal_compiler:
-        why = f"the kernels are compiled when the model loads; a metal compiler is present too ({apple.metal_compiler})"
-    else:
-        why = ("xcrun finds no metal compiler" + (f" ({apple.metal_error.splitlines()[-1]})" if apple.metal_error else "")
-               + ": embedding the kernels' source avoids needing it at build time")
-        planner.warn("metal-compiler-missing",
-                     "xcrun -f metal finds no metal compiler (Command Line Tools without Xcode's Metal toolchain): the "
-                     "plan embeds the Metal library (GGML_METAL_EMBED_LIBRARY=on); a build with it off fails with "
-                     "'unable to find utility \"metal\"' (install Xcode, or `xcodebuild -downloadComponent MetalToolchain`)")
-    planner.decide("Metal library", "embedded (-DGGML_METAL_EMBED_LIBRARY=on)", why)
-    if not apple.command_line_tools:
-        planner.block("xcode-tools-missing", "xcode-select -p names no developer tools: no compiler to build with; "
-                      "run `xcode-select --install`")
-    chip = apple.chip or planner.facts.os.machine
-    planner.decide("Apple GPU", chip, "Metal uses the GPU of the Apple silicon chip")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from playbook.backends.rpc import RpcPlan
 from playbook.params import Backend
 from playbook.toolkits.pypi import ToolkitRequest
 
@@ -71,6 +72,7 @@ class BuildPlan:
     multimodal: bool = True  # libmtmd is built (llama-cpp-python's own default, LLAVA_BUILD=ON)
     required_symbols: list[str] = field(default_factory=list)
     blockers: list[PlanWarning] = field(default_factory=list)  # conflicts that make building pointless until fixed
+    rpc: RpcPlan | None = None  # build.rpc: the client is in cmake_args; this says how to build rpc-server
 
     @property
     def cmake_args_string(self) -> str:

@@ -1,21 +1,22 @@
 """Configure: turn detected facts and parameters into a build plan, with a reason for every decision.
 
 :class:`Planner` holds what the plan is becoming (CMake arguments, environment, decisions, warnings,
-blockers); :meth:`Planner.plan` runs its sections in order. What is particular to a backend or a
-platform lives beside this module (``cuda``, ``hip``, ``vulkan``, ``apple``, ``windows``); the
-compatibility rules they apply are data, read by :mod:`playbook.knowledge.compatibility`.
+blockers); :meth:`Planner.plan` runs its sections in order. What is particular to a backend lives in its
+unit under :mod:`playbook.backends` (chosen by :mod:`.choice`); a platform's quirks beside this module
+(``apple``, ``windows``); the compatibility rules they apply are data, read by
+:mod:`playbook.knowledge.compatibility`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from playbook.backends import registry, rpc
 from playbook.params import Backend, Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.steps.caches import launcher_args, redact_url, remote_storage_problem
-from playbook.steps.configure import backends, windows
+from playbook.steps.configure import choice, windows
 from playbook.steps.configure.plan import (
     MULTIMODAL_OPTION,
     BuildPlan,
@@ -30,8 +31,6 @@ from playbook.steps.source import bundle_wheels
 from playbook.toolkits.pypi import ToolkitRequest
 
 GIB = 1024
-# Peak resident memory of one compiler process, measured on llama.cpp's sources.
-MIB_PER_JOB = {"cuda": 3 * GIB, "hip": 3 * GIB, "vulkan": 2 * GIB, "cpu": 1 * GIB}
 MTMD_MODULE = "llama_cpp.mtmd_cpp"
 
 
@@ -86,8 +85,12 @@ class Planner:
         self.env = dict(self.params.build.env)
         self.decide("platform", self.platform,
                     f"{self.facts.os.pretty_name} ({self.facts.os.system}, {self.facts.os.machine})")
-        self.backend, self.toolkit = backends.choose(self)
-        backends.configure_backend(self)
+        self.backend = choice.choose(self)
+        if self.backend is not Backend.CUDA:
+            self.toolkit = self.toolkit_request = None
+        choice.configure_backend(self)
+        if self.params.build.rpc:
+            rpc.configure(self)
         self._cpu_code()
         self._multimodal()
         self.generator = windows.choose_generator(self)
@@ -107,7 +110,7 @@ class Planner:
                         "build.native is false: no -march=native, the wheel runs on other CPUs too")
 
     def _multimodal(self) -> None:
-        if self.backend is Backend.PREBUILT:
+        if not self.builds_llama_cpp():
             return
         needs_mtmd = self.symbols_needing_mtmd()
         if self.params.build.multimodal or needs_mtmd:
@@ -119,6 +122,9 @@ class Planner:
         self.decide("multimodal library", f"not built (-D{MULTIMODAL_OPTION}=OFF)",
                     "nothing but the multimodal chat handlers loads libmtmd, and the text API never does: "
                     "fewer objects to compile; set build.multimodal: true to build it")
+
+    def builds_llama_cpp(self) -> bool:
+        return registry.unit(self.backend).builds_llama_cpp
 
     def symbols_needing_mtmd(self) -> list[str]:
         return [s for s in self.params.verify.required_symbols if s.startswith(MTMD_MODULE)]
@@ -201,8 +207,8 @@ class Planner:
 
     def _jobs(self) -> None:
         if self.params.build.jobs == "auto":
-            kind = self.backend.value if self.backend.value in MIB_PER_JOB else "cpu"
-            self.jobs, why = parallel_jobs(self.facts.cpu.logical_cores, self.facts.memory.available_mib, kind)
+            self.jobs, why = parallel_jobs(self.facts.cpu.logical_cores, self.facts.memory.available_mib,
+                                           self.backend.value)
         else:
             self.jobs, why = int(self.params.build.jobs), "given in parameters build.jobs"
         self.decide("parallel jobs", str(self.jobs), why)
@@ -253,6 +259,7 @@ class Planner:
             required_symbols=list(params.verify.required_symbols),
             blockers=self.blockers,
             remembered_repairs=self.replayed,
+            rpc=rpc.server_plan(self.cmake_args) if self.params.build.rpc and self.builds_llama_cpp() else None,
         )
         studio = windows.newest_visual_studio(self.facts)
         plan.shell_commands = shell_lines(plan, studio.dev_shell if studio else "", studio.vcvarsall if studio else "")
@@ -286,7 +293,8 @@ def planned_message(plan: BuildPlan) -> str:
 
 
 def parallel_jobs(cores: int, available_mib: int | None, backend: str) -> tuple[int, str]:
-    per_job = MIB_PER_JOB[backend]
+    """As many jobs as cores, fewer when ``available_mib`` does not hold one of ``backend``'s compile jobs each."""
+    per_job = registry.unit(backend).mib_per_compile_job
     if available_mib is None:
         return cores, f"{cores} cores; free memory unknown"
     by_memory = max(1, available_mib // per_job)
@@ -301,16 +309,3 @@ def machine_platform(facts: Facts) -> str:
     if system == "darwin":
         return "macos"
     return "wsl" if facts.os.is_wsl else "linux"
-
-
-def use_prebuilt_library(planner: Planner) -> None:
-    folder = Path(planner.params.build.prebuilt_lib).expanduser()
-    folder = folder if folder.is_dir() else folder.parent
-    planner.runtime_env["LLAMA_CPP_LIB_PATH"] = str(folder)
-    planner.decide("llama.cpp library", str(folder),
-                   "build.prebuilt_lib: llama-cpp-python 0.3.36 loads libllama from $LLAMA_CPP_LIB_PATH "
-                   "(llama_cpp/llama_cpp.py), and its CMakeLists.txt skips compiling llama.cpp with -DLLAMA_BUILD=OFF")
-    planner.warn("prebuilt-library", f"prebuilt library: the wheel holds no llama.cpp; set LLAMA_CPP_LIB_PATH={folder} "
-                 "wherever it is imported, and keep the library's GPU support and version matching llama-cpp-python "
-                 "0.3.36")
-    planner.cmake_args += ["-DLLAMA_BUILD=OFF", f"-D{MULTIMODAL_OPTION}=OFF"]

@@ -2,7 +2,8 @@
 
 ggml-vulkan's CMakeLists runs ``find_package(Vulkan COMPONENTS glslc REQUIRED)`` and
 ``find_package(SPIRV-Headers CONFIG REQUIRED)``, then compiles ggml-vulkan.cpp against the Vulkan-Hpp
-headers, whose version the pinned llama.cpp needs to be recent (``knowledge/vulkan.yaml``).
+headers, whose version the pinned llama.cpp needs to be recent (``knowledge/vulkan.yaml``). Reads detect's
+``vulkan`` (loader, devices, glslc, headers, SPIR-V headers).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
 from playbook.knowledge import compatibility
-from playbook.steps.detect import Vulkan
+from playbook.params import Backend
+from playbook.steps.detect import Facts, Vulkan
 
 if TYPE_CHECKING:
     from playbook.steps.configure.planner import Planner
@@ -47,7 +50,7 @@ def describe(vulkan: Vulkan) -> str:
 
 def configure(planner: Planner) -> None:
     vulkan = planner.facts.vulkan
-    planner.cmake_args.append("-DGGML_VULKAN=on")
+    planner.cmake_args.append(VulkanBackend.cmake_switch)
     _headers(planner, vulkan)
     _shader_compiler(planner, vulkan)
     _spirv_headers(planner, vulkan)
@@ -119,3 +122,43 @@ def _devices(planner: Planner, vulkan: Vulkan) -> None:
         planner.warn("vulkan-cpu-device-only",
                      f"the only Vulkan device is CPU-type ({describe(vulkan)}): offloading runs on the CPU through Vulkan, "
                      f"useful to test the backend, not to speed it up; verify sets {VISIBLE_DEVICES}={indices}")
+
+
+class VulkanBackend(BackendUnit):
+    name = Backend.VULKAN
+    cmake_switch = "-DGGML_VULKAN=on"
+    facts_read = ("vulkan",)
+    knowledge = ("vulkan.yaml",)
+    failure_family = "vulkan"
+    profile = "vulkan"
+    auto_rank = 40
+    mib_per_compile_job = 2 * GIB_MIB
+    device_log_name = "Vulkan"
+    status = "runs here (lavapipe) and on the GPU machine"
+
+    def assess(self, planner: Planner) -> Assessment:
+        vk = planner.facts.vulkan
+        if usable(vk):
+            return Assessment(f"Vulkan GPU {describe(vk)}; headers, glslc and SPIR-V headers found")
+        if not vk.devices:
+            return Assessment(blocked_because="no Vulkan device seen (loader, driver or vulkaninfo missing)")
+        if not vk.gpus:
+            return Assessment(blocked_because=f"the only Vulkan devices are CPU-type ({describe(vk)}): no faster than "
+                              "the CPU backend; set backend: vulkan to build for it anyway")
+        return Assessment(blocked_because=f"Vulkan GPU {describe(vk)}, but missing {', '.join(missing(vk))}")
+
+    def requested(self, planner: Planner) -> Backend:
+        devices = describe(planner.facts.vulkan) or "no Vulkan device seen"
+        planner.decide("backend", "vulkan", f"asked for in parameters; {devices}")
+        return self.name
+
+    def settings_given(self, planner: Planner) -> list[str]:
+        folder = planner.params.vulkan.include_dir
+        return [f"vulkan.include_dir={folder}"] if folder else []
+
+    def configure(self, planner: Planner) -> None:
+        configure(planner)
+
+    def device(self, facts: Facts) -> str:
+        """CPU-type devices count too: configure makes them visible (GGML_VK_VISIBLE_DEVICES)."""
+        return facts.vulkan.devices[0].name if facts.vulkan.devices else ""

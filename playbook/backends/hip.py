@@ -2,14 +2,18 @@
 
 llama.cpp's ggml-hip compiles ggml-cuda's sources as HIP; its CMakeLists forwards ``AMDGPU_TARGETS`` or
 ``GPU_TARGETS`` to ``CMAKE_HIP_ARCHITECTURES`` and finds hip, hipblas and rocblas under ``ROCM_PATH``.
+Reads detect's ``rocm`` (hipconfig, rocminfo's gfx targets, ROCm's clang, hipBLAS/rocBLAS); its table is
+``knowledge/rocm.yaml``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
 from playbook.knowledge import compatibility
-from playbook.steps.detect import Rocm
+from playbook.params import Backend
+from playbook.steps.detect import Facts, Rocm
 
 if TYPE_CHECKING:
     from playbook.steps.configure.planner import Planner
@@ -21,7 +25,7 @@ def usable(rocm: Rocm) -> bool:
 
 def configure(planner: Planner) -> None:
     rocm, wanted = planner.facts.rocm, planner.params.hip.targets
-    planner.cmake_args.append("-DGGML_HIP=on")
+    planner.cmake_args.append(HipBackend.cmake_switch)
     if not rocm.found:
         planner.block("rocm-missing", "backend hip asked for, but no ROCm (hipconfig, /opt/rocm) was found: the build "
                       "will fail; install ROCm (https://rocm.docs.amd.com/projects/install-on-linux/) or set ROCM_PATH")
@@ -75,3 +79,39 @@ def _libraries(planner: Planner, rocm: Rocm) -> None:
         missing = " and ".join(n for n, ok in (("hipBLAS", rocm.has_hipblas), ("rocBLAS", rocm.has_rocblas)) if not ok)
         planner.block("hipblas-missing", f"{missing} not found under {rocm.root}/lib: ggml-hip's find_package(hipblas) "
                       "and find_package(rocblas) will fail; install hipblas-dev and rocblas-dev")
+
+
+class HipBackend(BackendUnit):
+    name = Backend.HIP
+    cmake_switch = "-DGGML_HIP=on"
+    facts_read = ("rocm",)
+    knowledge = ("rocm.yaml",)
+    failure_family = "hip"
+    profile = "hip"
+    auto_rank = 20
+    mib_per_compile_job = 3 * GIB_MIB
+    device_log_name = "ROCm"
+    status = "planned only"
+
+    def assess(self, planner: Planner) -> Assessment:
+        rocm = planner.facts.rocm
+        if usable(rocm):
+            gpus = ", ".join(g.name or g.gfx for g in rocm.gpus)
+            return Assessment(f"{gpus} ({', '.join(rocm.gfx_targets)}) and ROCm {rocm.version or '?'} found")
+        return Assessment(blocked_because="no ROCm (hipconfig) found" if not rocm.found
+                          else "rocminfo lists no AMD GPU" if not rocm.gpus
+                          else "no HIP compiler (ROCm's llvm/bin/clang)")
+
+    def requested(self, planner: Planner) -> Backend:
+        planner.decide("backend", "hip", f"asked for in parameters; ROCm {planner.facts.rocm.version or 'not found'}")
+        return self.name
+
+    def settings_given(self, planner: Planner) -> list[str]:
+        targets = planner.params.hip.targets
+        return [f"hip.targets={targets}"] if targets != "native" else []
+
+    def configure(self, planner: Planner) -> None:
+        configure(planner)
+
+    def device(self, facts: Facts) -> str:
+        return facts.rocm.gpus[0].name if facts.rocm.gpus else ""

@@ -1,4 +1,8 @@
-"""CUDA: which toolkit, which architectures, and the conflicts of toolkit, driver and host compiler."""
+"""CUDA: which toolkit, which architectures, and the conflicts of toolkit, driver and host compiler.
+
+Reads the NVIDIA GPUs and driver, the CUDA toolkits, the compilers (nvcc's host compiler) and Visual Studio
+from detect; its tables are ``knowledge/cuda.yaml`` and ``knowledge/cuda_wheels.yaml`` (the toolkits on PyPI).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,10 @@ import re
 from pathlib import Path, PureWindowsPath
 from typing import TYPE_CHECKING
 
+from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
 from playbook.knowledge import compatibility
 from playbook.knowledge.compatibility import minimum_driver, toolkit_supports_arch, version_tuple
+from playbook.params import Backend
 from playbook.steps.configure import windows
 from playbook.steps.detect import CCCL_HEADERS, CudaToolkit, Facts, Tool
 from playbook.toolkits import pypi
@@ -218,15 +224,58 @@ def choose_architectures(planner: Planner) -> str:
     else:
         planner.decide("CUDA architectures", wanted, "given in parameters cuda.architectures")
     for arch in wanted.split(";"):
-        ok, why = toolkit_supports_arch(toolkit.version, arch) if toolkit else (True, "")
+        number = arch_number(arch)
+        if toolkit is None or not number or number not in known_architectures(toolkit):
+            continue  # not an architecture at all: check_architectures blocked it already
+        ok, why = toolkit_supports_arch(toolkit.version, arch)
+        if ok and toolkit.gpu_architectures and number not in toolkit.gpu_architectures:
+            ok, why = False, (f"CUDA {toolkit.version}'s nvcc does not compile sm_{number} (nvcc --list-gpu-arch: "
+                              f"{', '.join(toolkit.gpu_architectures)})")
         if not ok:
             planner.block("cuda-arch-unsupported", why)
-            propose_pypi_toolkit(planner, f"CUDA {toolkit.version if toolkit else ''} cannot compile sm_{arch}")
+            propose_pypi_toolkit(planner, f"CUDA {toolkit.version} cannot compile sm_{arch}")
     numbers = [m.group(0) for a in wanted.split(";") if (m := re.match(r"\d+", a))]
     if gpu and gpu.arch not in numbers:
         planner.warn("gpu-arch-not-built", f"the wheel will not contain sm_{gpu.arch} for this machine's {gpu.name}: "
                      "expect 'no kernel image is available' here")
     return wanted
+
+
+def arch_number(entry: str) -> str:
+    """``90`` of ``90a-real``; empty for CMake's words (all, all-major) and for native."""
+    match = re.match(r"\d+", entry)
+    return match.group(0) if match else ""
+
+
+def accepted_architectures(toolkit: CudaToolkit | None) -> tuple[list[str], str]:
+    """What ``toolkit`` compiles for, and where that is known from: its nvcc's own list where nvcc ran (detect
+    asked ``nvcc --list-gpu-arch``), else the table (``knowledge/cuda.yaml``) for its release, else any release's."""
+    if toolkit and toolkit.gpu_architectures:
+        return list(toolkit.gpu_architectures), f"CUDA {toolkit.version}'s nvcc --list-gpu-arch"
+    table = list(compatibility.arch_support())
+    if toolkit and toolkit.version:
+        return ([a for a in table if toolkit_supports_arch(toolkit.version, a)[0]],
+                f"knowledge/cuda.yaml for CUDA {toolkit.version}")
+    return table, "knowledge/cuda.yaml (every CUDA release)"
+
+
+def known_architectures(toolkit: CudaToolkit | None) -> set[str]:
+    """Every architecture some CUDA release compiles for, as far as the table and this toolkit's nvcc know."""
+    return set(compatibility.arch_support()) | set(toolkit.gpu_architectures if toolkit else [])
+
+
+def check_architectures(planner: Planner) -> None:
+    """An architecture no CUDA knows (``999``) is refused before anything is built, whichever backend is chosen:
+    with backend cuda CMake would stop on it, and with another one it would pass unnoticed."""
+    value, toolkit = planner.params.cuda.architectures, planner.toolkit
+    known = known_architectures(toolkit)
+    unknown = [e for e in wanted_architectures(planner) if arch_number(e) and arch_number(e) not in known]
+    if unknown:
+        accepted, source = accepted_architectures(toolkit)
+        planner.block("cuda-arch-unknown",
+                      f"cuda.architectures = {value!r}: {', '.join(unknown)} is no CUDA architecture ({source} and "
+                      f"the table know none such); accepted: {', '.join(accepted)}, or native for this machine's GPU; "
+                      f"set cuda.architectures to one of them (--set cuda.architectures={accepted[-1] if accepted else 90})")
 
 
 def check_driver(planner: Planner, toolkit: CudaToolkit) -> None:
@@ -326,3 +375,59 @@ def check_driver_libraries(planner: Planner) -> None:
                      f"the loader finds libcuda.so.1 at {facts.libcuda_paths[0]} before /usr/lib/wsl/lib: a Linux "
                      "driver or a stub shadows WSL's; remove it (apt remove the nvidia driver packages, or the "
                      "stub's folder from /etc/ld.so.conf.d) and run `sudo ldconfig`")
+
+
+class CudaBackend(BackendUnit):
+    name = Backend.CUDA
+    cmake_switch = "-DGGML_CUDA=on"
+    facts_read = ("gpus", "driver", "cuda_toolkits", "compilers", "visual_studio", "libcuda_paths",
+                  "stub_on_ld_library_path", "wsl_driver_libs")
+    knowledge = ("cuda.yaml", "cuda_wheels.yaml", "gpus.yaml")
+    failure_family = "cuda-toolchain"
+    profile = "cuda-native"
+    auto_rank = 10
+    mib_per_compile_job = 3 * GIB_MIB
+    device_log_name = "CUDA"
+    status = "runs on the GPU machine"
+
+    def prepare(self, planner: Planner) -> None:
+        planner.toolkit = choose_toolkit_for(planner)
+        check_architectures(planner)
+
+    def assess(self, planner: Planner) -> Assessment:
+        gpu, toolkit = planner.facts.best_gpu, planner.toolkit
+        if gpu and toolkit:
+            return Assessment(f"{gpu.name} (compute {gpu.compute_capability}) and CUDA {toolkit.version} found")
+        return Assessment(blocked_because="no NVIDIA GPU visible" if not gpu else "no CUDA toolkit (nvcc) found")
+
+    def requested(self, planner: Planner) -> Backend:
+        toolkit = planner.toolkit
+        if toolkit is None:
+            spec = planner.params.cuda.toolkit
+            where = "" if spec == "auto" else f" at {spec}"
+            planner.block("cuda-toolkit-missing", f"backend cuda asked for, but no CUDA toolkit{where} was found: the "
+                          "build will fail; install one, or set cuda.toolkit")
+            propose_pypi_toolkit(planner, "no CUDA toolkit found")
+            planner.decide("backend", "cuda", "asked for in parameters; no toolkit found")
+        else:
+            planner.decide("backend", "cuda", f"asked for in parameters; CUDA {toolkit.version}")
+        return self.name
+
+    def settings_given(self, planner: Planner) -> list[str]:
+        cuda = planner.params.cuda
+        return ([f"cuda.architectures={cuda.architectures}"] if cuda.architectures != "native" else []) + \
+            ([f"cuda.toolkit={cuda.toolkit}"] if cuda.toolkit != "auto" else [])
+
+    def fallback_hint(self, planner: Planner) -> None:
+        gpu = planner.facts.best_gpu
+        if gpu:
+            propose_pypi_toolkit(planner, f"{gpu.name} found but no CUDA toolkit; for a CUDA build set backend: cuda")
+
+    def configure(self, planner: Planner) -> None:
+        configure(planner)
+        if planner.platform in ("linux", "wsl"):
+            check_driver_libraries(planner)
+
+    def device(self, facts: Facts) -> str:
+        best = facts.best_gpu
+        return best.name if best else ""

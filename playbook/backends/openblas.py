@@ -1,0 +1,97 @@
+"""OpenBLAS: the CPU build with llama.cpp's BLAS backend (``-DGGML_BLAS=ON -DGGML_BLAS_VENDOR=OpenBLAS``), which
+hands large matrix products (prompt processing) to OpenBLAS. Offloads nothing.
+
+Reads detect's ``openblas`` (the library a link uses, cblas.h, pkg-config) and ``os``; its table is
+``knowledge/blas.yaml`` (the CMake arguments, how ggml-blas finds OpenBLAS, the install line per package manager).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from playbook.backends.base import Assessment, BackendUnit
+from playbook.knowledge import compatibility
+from playbook.params import Backend
+
+if TYPE_CHECKING:
+    from playbook.steps.configure.planner import Planner
+    from playbook.steps.detect import OpenBlas
+
+# Folders CMake's find_library and pkg-config search without being told.
+STANDARD_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib")
+
+
+def table() -> dict[str, Any]:
+    return compatibility.knowledge("blas")
+
+
+def install_line(platform: str) -> str:
+    """The install commands for this platform's package managers, as one sentence."""
+    managers = {"macos": ("brew", "conda"), "windows": ("conda",)}.get(platform, ("apt", "dnf", "conda"))
+    rows = [row for row in table()["install"] if row["manager"] in managers]
+    return "; ".join(f"{row['manager']}: `{row['command']}`" for row in rows)
+
+
+def missing(openblas: OpenBlas) -> list[str]:
+    what = []
+    if not openblas.library:
+        what.append("the OpenBLAS library (libopenblas.so)")
+    if not openblas.cblas_header:
+        what.append("cblas.h")
+    if not openblas.pkg_config.found:
+        what.append("pkg-config")
+    return what
+
+
+class OpenBlasBackend(BackendUnit):
+    name = Backend.OPENBLAS
+    cmake_switch = "-DGGML_BLAS=ON"
+    facts_read = ("openblas", "os")
+    knowledge = ("blas.yaml",)
+    profile = "openblas"
+    offloads = False
+    planned_on_macos = True  # Homebrew's openblas
+    status = "planned only"
+
+    def assess(self, planner: Planner) -> Assessment:
+        lacking = missing(planner.facts.openblas)
+        if lacking:
+            return Assessment(blocked_because=f"missing {', '.join(lacking)}")
+        return Assessment(f"OpenBLAS {planner.facts.openblas.library} and its cblas.h found")
+
+    def requested(self, planner: Planner) -> Backend:
+        super().requested(planner)
+        planner.warn("cpu-only", "CPU-only build with OpenBLAS: the wheel will not offload any layer to a GPU")
+        return self.name
+
+    def configure(self, planner: Planner) -> None:
+        openblas, cmake = planner.facts.openblas, table()["cmake"]
+        for arg in cmake["args"]:
+            planner.set_cmake_arg(arg)
+        planner.decide("BLAS", "OpenBLAS (" + " ".join(cmake["args"]) + ")", cmake["source"])
+        if not openblas.library or not openblas.cblas_header:
+            lacking = " and ".join(w for w in missing(openblas) if w != "pkg-config")
+            planner.block("openblas-missing", f"backend openblas asked for, but {lacking} was not found: CMake's "
+                          f"find_package(BLAS) stops with 'BLAS not found'; install it ({install_line(planner.platform)})")
+        else:
+            planner.decide("OpenBLAS", f"{openblas.library}; {openblas.cblas_header}",
+                           f"pkg-config module {openblas.pkg_config_module}" if openblas.pkg_config_module
+                           else "found in the folders ggml-blas's CMakeLists searches")
+            self._prefix(planner, openblas)
+        if not openblas.pkg_config.found:
+            planner.block("pkg-config-missing", "no pkg-config found: ggml-blas's CMakeLists runs "
+                          f"find_package(PkgConfig REQUIRED) to find cblas.h ({cmake['pkg_config_source']}); install "
+                          f"it ({install_line(planner.platform)})")
+
+    def _prefix(self, planner: Planner, openblas: OpenBlas) -> None:
+        """An OpenBLAS outside the standard folders (Homebrew's keg-only one, a conda environment) is found only
+        through CMAKE_PREFIX_PATH (the library) and PKG_CONFIG_PATH (its openblas.pc)."""
+        folder = Path(openblas.library).parent
+        if str(folder) in STANDARD_LIB_DIRS or folder.parent == Path("/usr/lib"):
+            return
+        prefix = folder.parent
+        planner.set_cmake_arg(f"-DCMAKE_PREFIX_PATH={prefix.as_posix()}")
+        planner.env["PKG_CONFIG_PATH"] = (folder / "pkgconfig").as_posix()
+        planner.decide("OpenBLAS prefix", prefix.as_posix(), "outside the folders CMake and pkg-config search by "
+                       "themselves: CMAKE_PREFIX_PATH and PKG_CONFIG_PATH point at it")

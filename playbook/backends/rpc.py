@@ -1,0 +1,60 @@
+"""RPC: not a backend of its own but an option of every backend (``build.rpc: true``).
+
+llama.cpp's RPC backend is a client beside the local one: the wheel gets ``-DGGML_RPC=ON`` on top of the
+chosen backend's arguments (CPU, CUDA, Vulkan, ...) and offloads layers to ``rpc-server`` processes, each of
+which runs a backend of its own. So RPC composes with a backend rather than replacing it: ``params/rpc.yaml``
+is the CPU client of a small fleet, and a CUDA client with ``build.rpc: true`` is as valid. The server is
+built from the same llama.cpp tree as a standalone CMake project; the plan carries how (:class:`RpcPlan`),
+for the build and verify steps that start one. Reads no detected facts beyond the backend's own; its table is
+``knowledge/rpc.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from playbook.knowledge import compatibility
+
+if TYPE_CHECKING:
+    from playbook.steps.configure.planner import Planner
+
+
+@dataclass
+class RpcPlan:
+    """What ``build.rpc`` adds to a plan beyond the client's CMake argument: how to build the server."""
+
+    server_target: str
+    """The CMake target of the server in the pinned llama.cpp ("ggml-rpc-server")."""
+    server_source_dir: str
+    """Where in the source tree the server's CMake project is ("vendor/llama.cpp")."""
+    server_cmake_args: list[str] = field(default_factory=list)
+    """The server's configure arguments: the plan's backend arguments, GGML_RPC and the tools on, the rest off."""
+
+
+def table() -> dict[str, Any]:
+    return compatibility.knowledge("rpc")
+
+
+def configure(planner: Planner) -> None:
+    """``-DGGML_RPC=ON`` on the chosen backend's arguments (after it configured them)."""
+    client = table()["client"]
+    if not planner.builds_llama_cpp():
+        planner.warn("rpc-needs-a-build", "build.rpc is set, but a prebuilt library compiles no llama.cpp: RPC is "
+                     "whatever the library was built with")
+        return
+    for arg in client["args"]:
+        planner.set_cmake_arg(arg)
+    planner.decide("RPC", " ".join(client["args"]),
+                   f"build.rpc: the wheel also offloads to rpc-server processes, beside {planner.backend.value} "
+                   f"({client['source']})")
+
+
+def server_plan(cmake_args: list[str]) -> RpcPlan:
+    """How to build ``rpc-server`` from the same tree with the same backend: the plan's final arguments less
+    those of llama-cpp-python's own build, plus the server's standalone options."""
+    server = table()["server"]
+    names = {arg.split("=", 1)[0] for arg in server["args"]}
+    dropped = {f"-D{name}" for name in server["binding_only"]} | names
+    kept = [a for a in cmake_args if a.split("=", 1)[0].split(":", 1)[0] not in dropped]
+    return RpcPlan(server["target"], server["source_dir"], kept + list(server["args"]))
