@@ -29,7 +29,7 @@ from playbook.params import Params, flatten_groups, load_params, with_changes
 from playbook.runfolder.attestation import write_attestation
 from playbook.runfolder.folder import Outcome, RunFolder, StepRecord, run_folders, utc_now
 from playbook.runfolder.history import archive_rerun, keep_file
-from playbook.runfolder.layout import PARAMS, Step
+from playbook.runfolder.layout import PARAMS, RUN, Step
 from playbook.runfolder.redact import redact_file, redact_folder, run_secrets
 from playbook.serialization import read_json
 
@@ -223,7 +223,7 @@ def resume(run_dir: Path, *, force: bool = False, verbose: bool = False,
     move to ``history/``, and the chain goes on from the last completed step."""
     run = RunFolder(run_dir)
     if not run.exists():
-        raise RunFolderError(f"{run_dir} is not a run folder (no run.json): give the folder `playbook run` printed")
+        raise RunFolderError(f"{run_dir} is not a run folder (no {RUN}): give the folder `playbook run` printed")
     record = run.record()
     if record.outcome not in (Outcome.RUNNING, Outcome.INTERRUPTED):
         raise RunFolderError(f"{run_dir} already ended ({record.outcome.value}): nothing to resume; "

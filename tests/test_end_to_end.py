@@ -65,12 +65,12 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path):
     point = verify.points[0]
     assert point.status == "ok" and point.pp_tokens_per_s > 0 and point.tg_tokens_per_s > 0
     assert verify.agreement is None  # nothing to compare on a CPU-only build
-    assert layout.throughput(attempts, ".png").stat().st_size > 1000
+    assert layout.throughput_plots(attempts)[0].stat().st_size > 1000
 
     manifest = json.loads(layout.manifest.read_text())
     for path in (layout.notebook(Step.DETECT), layout.notebook(Step.CONFIGURE), layout.notebook(Step.BUILD, 1),
                  layout.notebook(Step.VERIFY, attempts), layout.detect_facts, layout.plan(1),
-                 layout.build_result(attempts), layout.verify_result(attempts), layout.throughput(attempts, ".csv"),
+                 layout.build_result(attempts), layout.verify_result(attempts), layout.throughput_csv(attempts),
                  layout.build_log(1)):
         assert path.name in manifest["files"], path.name
     assert manifest["outcome"] == "ok"

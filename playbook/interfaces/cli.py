@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from playbook.errors import ExitCode, PlaybookError
+from playbook.runfolder.layout import ATTESTATION, MANIFEST, REPORT_INDEX
 
-DESCRIPTION = """Build llama-cpp-python with GPU acceleration, reproducibly.
+DESCRIPTION = f"""Build llama-cpp-python with GPU acceleration, reproducibly.
 
 commands:
   run       detect → configure → build (⇄ repair) → verify, each step an executed notebook
@@ -24,9 +25,9 @@ commands:
   detect    print what this machine has (JSON)
   diagnose  name the known failures in a build log, traceback or runtime output you already have
   bundle    write the wheels and the trimmed source that run needs on a machine without network
-  check     re-hash a run folder against its manifest.json and provenance.json
-  attest    write provenance.json for a run folder written before attestation existed
-  report    write a run folder's index.html and its executed notebooks as HTML
+  check     re-hash a run folder against its {MANIFEST} and {ATTESTATION}
+  attest    write {ATTESTATION} for a run folder written before attestation existed
+  report    write a run folder's {REPORT_INDEX} and its executed notebooks as HTML
   compare   one table (CSV) and plot across run folders from many machines
 """
 
@@ -72,19 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--max-size", type=float, default=None, metavar="MIB",
                         help="refuse a bundle larger than this (e.g. what a transfer to the target allows)")
 
-    check = commands.add_parser("check", help="re-hash a run folder against manifest.json and provenance.json")
+    check = commands.add_parser("check", help=f"re-hash a run folder against {MANIFEST} and {ATTESTATION}")
     check.add_argument("run_dir", metavar="RUN_DIR|s3://BUCKET/PREFIX/RUN")
     check.add_argument("--allow-missing", action="append", default=[], metavar="GLOB",
                        help="files that may be absent, e.g. 'wheelhouse/*' (repeatable)")
 
-    attest = commands.add_parser("attest", help="write provenance.json for a run written before attestation existed")
+    attest = commands.add_parser("attest", help=f"write {ATTESTATION} for a run written before attestation existed")
     attest.add_argument("run_dir", type=Path)
     attest.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                         help="absent files left out of the archive on purpose, e.g. 'wheelhouse/*' (repeatable)")
     attest.add_argument("--note", default="written after the run by `playbook attest` from the archived files",
                         help="why the attestation is retroactive (recorded in it)")
 
-    report = commands.add_parser("report", help="write index.html and the executed notebooks as HTML")
+    report = commands.add_parser("report", help=f"write {REPORT_INDEX} and the executed notebooks as HTML")
     report.add_argument("run_dir", type=Path)
     report.add_argument("--output", default="", metavar="URL",
                         help="folder or URL papermill can write to, e.g. s3://bucket/run (default: RUN_DIR/report)")

@@ -21,6 +21,7 @@ from playbook import resources
 from playbook.backends import registry
 from playbook.errors import PlaybookError
 from playbook.runfolder.folder import RunFolder
+from playbook.runfolder.layout import RUN
 from playbook.serialization import read_json
 
 NOTEBOOK = resources.notebook("compare")
@@ -66,7 +67,7 @@ def expand_run_dirs(patterns: list[str], downloads: Path | None = None) -> list[
         if is_remote(pattern):
             urls = list_runs(pattern)
             if not urls and not glob.has_magic(pattern):
-                raise PlaybookError(f"{pattern} is not a run folder (no run.json)")
+                raise PlaybookError(f"{pattern} is not a run folder (no {RUN})")
             folder = Path(downloads or "runs")
             matches = [download_run(url, folder / url.rstrip("/").rsplit("/", 1)[-1]) for url in urls]
             found += [m for m in matches if m.resolve() not in {p.resolve() for p in found}]
@@ -76,7 +77,7 @@ def expand_run_dirs(patterns: list[str], downloads: Path | None = None) -> list[
             if not RunFolder(match).exists():
                 if glob.has_magic(pattern):
                     continue
-                raise PlaybookError(f"{match} is not a run folder (no run.json)")
+                raise PlaybookError(f"{match} is not a run folder (no {RUN})")
             if match.resolve() not in {p.resolve() for p in found}:
                 found.append(match)
     if not found:

@@ -23,7 +23,7 @@ from papermill.iorw import papermill_io
 from playbook.knowledge.failures import Finding
 from playbook.runfolder.folder import RunFolder, RunRecord
 from playbook.runfolder.integrity import check_run
-from playbook.runfolder.layout import REPORT_INDEX, WHEELHOUSE
+from playbook.runfolder.layout import ATTESTATION, MANIFEST, REPORT_INDEX, WHEELHOUSE
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
@@ -93,7 +93,7 @@ def read_summary(run_dir: Path) -> RunSummary:
             read_json(Diagnosis, layout.diagnosis(number)) if layout.diagnosis(number).is_file() else None))
     plans = layout.attempts("plan")
     verified = [a for a in attempts if a.verify and a.verify.plot_files]
-    plot = next((f for f in (verified[-1].verify.plot_files if verified else []) if f.endswith(".png")), "")
+    plot = layout.throughput_plots(verified[-1].attempt)[0].name if verified else ""
     check = check_run(run.path, allow_missing=[f"{WHEELHOUSE}/*"])
     return RunSummary(
         run_id=run.run_id,
@@ -109,8 +109,8 @@ def read_summary(run_dir: Path) -> RunSummary:
         if verified else "",
         check_lines=check.lines(),
         check_ok=check.ok,
-        tune_text=next((layout.tune(n, ".md").read_text(encoding="utf-8") for n in reversed(layout.attempts("tune"))
-                        if layout.tune(n, ".md").is_file()), ""),
+        tune_text=next((layout.tune_report(n).read_text(encoding="utf-8") for n in reversed(layout.attempts("tune"))
+                        if layout.tune_report(n).is_file()), ""),
     )
 
 
@@ -147,7 +147,7 @@ img { max-width: 100%; } .jp-InputPrompt, .jp-OutputPrompt { display: none; }
 
 _TEMPLATES = {
     "notebook": """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
-<style>""" + _STYLE + """</style></head><body><p><a href="index.html">← run summary</a> · {{ name }}</p>
+<style>""" + _STYLE + """</style></head><body><p><a href="{{ names.index }}">← run summary</a> · {{ name }}</p>
 {{ body | safe }}</body></html>
 """,
     "index": """<!doctype html><html><head><meta charset="utf-8"><title>{{ s.run_id }}</title>
@@ -209,10 +209,11 @@ _TEMPLATES = {
 <h2>Integrity</h2>
 <p class="{{ 'ok' if s.check_ok else 'failed' }}">playbook check (wheels may be absent):</p>
 <pre>{{ s.check_lines | join("\\n") }}</pre>
-<p>The run folder's <code>provenance.json</code> is an in-toto Statement with a SLSA v1 provenance predicate;
-<code>manifest.json</code> holds the sha256 of every file.</p>
+<p>The run folder's <code>{{ names.attestation }}</code> is an in-toto Statement with a SLSA v1 provenance predicate;
+<code>{{ names.manifest }}</code> holds the sha256 of every file.</p>
 </body></html>
 """,
 }
 
 _ENV = jinja2.Environment(loader=jinja2.DictLoader(_TEMPLATES), autoescape=True, undefined=jinja2.ChainableUndefined)
+_ENV.globals["names"] = {"index": REPORT_INDEX, "attestation": ATTESTATION, "manifest": MANIFEST}  # layout's names

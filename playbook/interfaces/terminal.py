@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from playbook.chain import StepCall
 from playbook.runfolder.folder import Outcome, RunFolder, StepRecord
-from playbook.runfolder.layout import Step
+from playbook.runfolder.layout import RUN, Step
 from playbook.serialization import read_json
 
 POLL_S = 0.5
@@ -190,7 +190,7 @@ def summary_lines(run: RunFolder) -> list[str]:
                 where = f"with {full.n_gpu_layers} layers on the GPU" if full.n_gpu_layers else "on the CPU"
                 lines.append(f"throughput {where}: token generation {full.tg_tokens_per_s:.1f} t/s, "
                              f"prompt processing {full.pp_tokens_per_s:.1f} t/s")
-    lines.append(f"details: {run.path} (run.json, the executed notebooks, logs)")
+    lines.append(f"details: {run.path} ({RUN}, the executed notebooks, logs)")
     lines.append(f"  report: playbook report {shlex.quote(str(run.path))}   "
                  f"(writes {run.layout.report_index})")
     return lines

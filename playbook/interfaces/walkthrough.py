@@ -395,7 +395,7 @@ class Walkthrough:
         self.sections["verify"].value = (f"<p><b>{html.escape(result.summary)}</b></p>"
                                          + table_html(display.sweep_table(result).dropna(axis=1, how="all").round(2))
                                          + findings)
-        plot = run.layout.throughput(attempt, ".png")
+        plot = run.layout.throughput_plots(attempt)[0]
         if plot.is_file():
             self.plot.value, self.plot.layout.display = plot.read_bytes(), None
 

@@ -76,6 +76,9 @@ class FailureEntry:
     specificity: int = 50  # higher is reported first
     remedy: Remedy | None = None
     family: str = ""
+    # Generic symptoms this failure brings with it (a crash, a library that did not load): when both are
+    # found, this entry is the cause and theirs is no second one, so they are not reported.
+    explains: tuple[str, ...] = ()
 
 
 # The one finding that is not a knowledge-base entry: the text plainly failed, and no entry names why.
@@ -148,12 +151,17 @@ def parse_knowledge_base(document: dict[str, Any]) -> KnowledgeBase:
                     specificity=int(raw.get("specificity", 50)),
                     remedy=Remedy.from_dict(raw["remedy"]) if raw.get("remedy") else None,
                     family=family,
+                    explains=tuple(raw.get("explains", ())),
                 )
             )
         except KeyError as missing:
             raise KnowledgeBaseError(f"failure entry {raw.get('id', raw)!r} lacks key {missing}") from None
         except re.error as err:
             raise KnowledgeBaseError(f"failure entry {raw.get('id')!r} has a bad pattern: {err}") from None
+    for entry in entries:
+        unknown = [i for i in entry.explains if i not in seen or i == entry.id]
+        if unknown:
+            raise KnowledgeBaseError(f"{entry.id}: explains {unknown}, which is no other entry of the knowledge base")
     return KnowledgeBase(version=int(document.get("version", 0)), entries=tuple(entries))
 
 
@@ -207,7 +215,29 @@ def diagnose_text(
         )
         findings.append((-entry.specificity, line_number, finding))
     findings.sort(key=lambda item: (item[0], item[1]))
-    return [finding for _, _, finding in findings]
+    return without_explained([finding for _, _, finding in findings], knowledge)
+
+
+def without_explained(findings: list[Finding], knowledge: KnowledgeBase | None = None) -> list[Finding]:
+    """``findings`` less the generic symptoms that another of them explains (``explains`` in the YAML):
+    a crash that ``cpu-amx-fault`` names is that fault, not also a reason to reinstall."""
+    knowledge = knowledge or load_knowledge_base()
+    known = set(knowledge.ids)
+    explained = {symptom for f in findings if f.id in known for symptom in knowledge.get(f.id).explains}
+    return [f for f in findings if f.id not in explained]
+
+
+def most_specific_first(findings: list[Finding], knowledge: KnowledgeBase | None = None) -> list[Finding]:
+    """Findings gathered from several texts (verify's children) as one list, the way :func:`diagnose_text`
+    reports one text's: each id once (its first evidence), none that another explains, the most specific
+    first (the order they came in among equals)."""
+    knowledge = knowledge or load_knowledge_base()
+    specificity = {entry.id: entry.specificity for entry in knowledge.entries}
+    first: dict[str, Finding] = {}
+    for finding in findings:
+        first.setdefault(finding.id, finding)
+    kept = without_explained(list(first.values()), knowledge)
+    return sorted(kept, key=lambda f: -specificity.get(f.id, 0))
 
 
 def diagnose_file(path: Path, unrecognised_stage: str = "", *, detect_failure: bool = False,

@@ -12,6 +12,8 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
     verify-logs/attempt-N/  throughput-attempt-N.csv/.png/.svg
     llama-bench-attempt-N.log  tune-attempt-N.json/.md
+    verify-logs/attempt-N/: install.log probe.log symbols.log cuobjdump.log logits-cpu.log logits-gpu.log
+                            bench-ngl-L.log server.log tune-ngl-L-NNN.log     each verify unit's children
     history/NNN-<step>[-attempt-N]/                                  earlier executions, moved aside
     report/                                                          derived HTML (playbook report)
 """
@@ -183,6 +185,27 @@ class Layout:
     def verify_logs(self, attempt: int) -> Path:
         return self.root / VERIFY_LOGS / f"attempt-{attempt}"
 
+    # ---- verify's units: each child's log in verify-logs/attempt-N/, and the files beside it
+    def install_log(self, attempt: int) -> Path:
+        """pip's output installing the wheel alone."""
+        return self.verify_logs(attempt) / "install.log"
+
+    def probe_log(self, attempt: int) -> Path:
+        """The import probe's child (and the playbook's own lines about what it imported)."""
+        return self.verify_logs(attempt) / "probe.log"
+
+    def symbols_log(self, attempt: int) -> Path:
+        """The child that imports verify.required_symbols."""
+        return self.verify_logs(attempt) / "symbols.log"
+
+    def machine_code_log(self, attempt: int, tool: str) -> Path:
+        """The machine-code listing's tool output (``cuobjdump`` for a CUDA wheel)."""
+        return self.verify_logs(attempt) / f"{tool}.log"
+
+    def logits_log(self, attempt: int, side: str) -> Path:
+        """One side (``cpu`` or ``gpu``) of the GPU/CPU logits agreement."""
+        return self.verify_logs(attempt) / f"logits-{side}.log"
+
     def bench_log(self, attempt: int, n_gpu_layers: int) -> Path:
         """One sweep point's child log."""
         return self.verify_logs(attempt) / f"bench-ngl-{n_gpu_layers}.log"
@@ -191,15 +214,32 @@ class Layout:
         """The sweep points measured so far (or being measured) in an attempt."""
         return sorted(self.verify_logs(attempt).glob("bench-ngl-*.log"))
 
-    def throughput(self, attempt: int, suffix: str) -> Path:
-        return self._attempt_file("throughput", attempt, suffix)
+    def server_log(self, attempt: int) -> Path:
+        """``python -m llama_cpp.server``'s output (the server extra's check)."""
+        return self.verify_logs(attempt) / "server.log"
+
+    def tune_trial_log(self, attempt: int, n_gpu_layers: int, trial: int) -> Path:
+        """One verify.tune trial's child log, numbered in the order the search ran them."""
+        return self.verify_logs(attempt) / f"tune-ngl-{n_gpu_layers}-{trial:03d}.log"
+
+    def throughput_csv(self, attempt: int) -> Path:
+        """The sweep's table: one row per layer count, with llama-bench's numbers and the settings."""
+        return self._attempt_file("throughput", attempt, ".csv")
+
+    def throughput_plots(self, attempt: int) -> list[Path]:
+        """The sweep's plot: PNG first (what notebooks and the report show), then SVG."""
+        return [self._attempt_file("throughput", attempt, suffix) for suffix in (".png", ".svg")]
 
     def llama_bench_log(self, attempt: int) -> Path:
         return self._attempt_file("llama-bench", attempt, ".log")
 
-    def tune(self, attempt: int, suffix: str) -> Path:
-        """verify.tune's result (.json) and its report (.md)."""
-        return self._attempt_file("tune", attempt, suffix)
+    def tune_result(self, attempt: int) -> Path:
+        """verify.tune's result."""
+        return self._attempt_file("tune", attempt, ".json")
+
+    def tune_report(self, attempt: int) -> Path:
+        """verify.tune's report, in Markdown."""
+        return self._attempt_file("tune", attempt, ".md")
 
     def attempts(self, stem: str) -> list[int]:
         """The attempt numbers of ``<stem>-attempt-N.json`` in the folder, in order."""

@@ -19,6 +19,7 @@ from playbook.serialization import read_json, write_json
 from playbook.steps.detect import Facts
 
 if TYPE_CHECKING:
+    from playbook.runfolder.folder import RunFolder
     from playbook.steps.configure.plan import BuildPlan
 
 
@@ -107,3 +108,16 @@ def replay(cmake_args: list[str], env: dict[str, str], repair: RememberedRepair)
     names_added = {a.split("=")[0] for a in repair.cmake_args_added}
     args = [a for a in cmake_args if a not in repair.cmake_args_removed and a.split("=")[0] not in names_added]
     return args + list(repair.cmake_args_added), {**env, **repair.env_set}
+
+
+def remember_passed_repairs(run: RunFolder, facts: Facts, plan: BuildPlan) -> None:
+    """The wheel that ``plan`` built, with repairs applied, passed verify: keep what the repairs changed
+    against the first plan, so the next plan on this machine starts from it. Nothing for an unrepaired plan."""
+    from playbook.runfolder.folder import utc_now
+    from playbook.steps.configure.plan import BuildPlan as Plan
+
+    if not plan.remedies_applied:
+        return
+    repair = plan_changes(run.read(Plan, run.layout.plan(1)), plan)
+    repair.run_id, repair.recorded = run.run_id, utc_now()
+    remember(run.params().cache_dir, facts, repair)

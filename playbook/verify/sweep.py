@@ -179,10 +179,10 @@ def plot_description(points: list[SweepPoint], gpu_offload: bool = True) -> str:
     return text + (f"; {', '.join(failed)}" if failed else "")
 
 
-def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: float | None = None,
+def plot_throughput(points: list[SweepPoint], title: str, paths: list[Path], tg_limit: float | None = None,
                     gpu_offload: bool = True, scale: str = "auto") -> list[Path]:
-    """Tokens/s against offloaded layers, prompt processing and generation side by side; for a
-    CPU-only build, one bar each (nothing to sweep)."""
+    """Tokens/s against offloaded layers, prompt processing and generation side by side, saved to each of
+    ``paths`` (the format from its suffix); for a CPU-only build, one bar each (nothing to sweep)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,7 +196,6 @@ def plot_throughput(points: list[SweepPoint], title: str, stem: Path, tg_limit: 
         title = f"CPU-only build · {title}"
     fig.suptitle(title)
     fig.tight_layout()
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     for path in paths:
         fig.savefig(path, dpi=120)
     plt.close(fig)

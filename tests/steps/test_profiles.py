@@ -9,7 +9,7 @@ from machines import machine
 
 from playbook.params import PARAMS_DIR, load_params
 from playbook.steps.configure import configure
-from playbook.verify.step import check_required_symbols
+from playbook.verify.units.import_probe import check_required_symbols
 
 
 def profile(name: str, *overrides: str):

@@ -11,15 +11,15 @@ from gguf import GGUFWriter
 from playbook.params import load_params
 from playbook.resources import params_dir
 from playbook.runfolder.layout import Layout
-from playbook.verify.step import run_verify
+from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
 
 
 def verify_with(model: Path, cpu_wheel: Path, tmp_path: Path):
     params = load_params(params_dir() / "cpu.yaml", [f"model.path={model}", "verify.repetitions=1",
                                                       "verify.prompt_tokens=8", "verify.gen_tokens=2",
                                                       f"build.cache_dir={tmp_path / 'cache'}"])
-    return run_verify(Layout(tmp_path / "run"), cpu_wheel, params, tmp_path, expect_gpu=False,
-                      cache_dir=tmp_path / "cache", log=lambda _: None)
+    return run_verify(VerifyRequest(Layout(tmp_path / "run"), cpu_wheel, params, VerifyTarget(expect_gpu=False),
+                                    tmp_path, tmp_path / "cache"), log=lambda _: None)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not-gguf"])

@@ -10,11 +10,16 @@ import subprocess
 import pytest
 
 import playbook.verify.step as step
+import playbook.verify.units.import_probe as import_probe
+import playbook.verify.units.machine_code as machine_code
+import playbook.verify.units.model_file as model_file
+import playbook.verify.units.offload_sweep as offload_sweep
 from playbook.knowledge.failures import finding_for
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
 from playbook.verify.cuda_elf import CudaElf
 from playbook.verify.launcher import ChildOutcome
+from playbook.verify.step import VerifyRequest, VerifyTarget
 
 BENCH = {"pp": {"tokens_per_s_median": 100.0, "tokens_per_s_stdev": 1.0},
          "tg": {"tokens_per_s_median": 10.0, "tokens_per_s_stdev": 0.1}, "load_s": 0.1}
@@ -36,21 +41,23 @@ def stand_ins(monkeypatch, tmp_path):
                             offloaded_layers=0)
 
     monkeypatch.setattr(step, "install_wheel", lambda *a, **k: subprocess.CompletedProcess([], 0, "", ""))
-    monkeypatch.setattr(step, "run_child", run_child)
-    monkeypatch.setattr(step, "prepare_model", lambda *a, **k: tmp_path / "model.gguf")
+    monkeypatch.setattr(import_probe, "run_child", run_child)
+    monkeypatch.setattr(offload_sweep, "run_child", run_child)
+    monkeypatch.setattr(model_file, "prepare_model", lambda *a, **k: tmp_path / "model.gguf")
     monkeypatch.setattr("playbook.verify.synthetic_gguf.describe_gguf",
                         lambda path: {"n_layer": 2, "file_size_bytes": 1000})
-    monkeypatch.setattr(step, "check_required_symbols", lambda *a, **k: [])
+    monkeypatch.setattr(import_probe, "check_required_symbols", lambda *a, **k: [])
     return calls
 
 
 def verify(tmp_path, elf: CudaElf, monkeypatch):
-    monkeypatch.setattr(step, "list_elf", lambda *a, **k: elf)
+    cuda = machine_code.LISTERS["cuda"]
+    monkeypatch.setitem(machine_code.LISTERS, "cuda", machine_code.Lister(cuda.tool, lambda *a, **k: elf, cuda.record))
     wheel = tmp_path / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
     wheel.write_bytes(b"wheel")
-    return step.run_verify(Layout(tmp_path / "run"), wheel, load_params(), tmp_path, expect_gpu=True,
-                           cache_dir=tmp_path / "cache", log=lambda *_: None, gpu_present=False,
-                           cuda_architectures="86;120", cuda_toolkit="/toolkit")
+    target = VerifyTarget(expect_gpu=True, gpu_present=False, backend="cuda", gpu_targets="86;120", toolkit="/toolkit")
+    return step.run_verify(VerifyRequest(Layout(tmp_path / "run"), wheel, load_params(), target, tmp_path,
+                                         tmp_path / "cache"), log=lambda *_: None)
 
 
 def test_a_cuda_wheel_without_a_gpu_is_checked_on_the_cpu_and_by_its_machine_code(stand_ins, tmp_path, monkeypatch):

@@ -16,7 +16,8 @@ from playbook.child_scripts.dll_directories import DLL_DIRECTORIES_VARIABLE
 from playbook.params import PARAMS_DIR, load_params
 from playbook.runfolder.layout import Layout
 from playbook.verify.launcher import CHILD_SCRIPT, child_env, install_wheel, plan_child_env, run_child
-from playbook.verify.step import prebuilt_lib_findings, run_verify
+from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
+from playbook.verify.units.import_probe import prebuilt_lib_findings
 
 # A stand-in binding: what ``os.add_dll_directory`` was called with by the time it was imported.
 FAKE_LLAMA_CPP = """
@@ -130,8 +131,9 @@ def test_prebuilt_library_in_another_folder_is_the_one_loaded(tmp_path, cpu_whee
     params = load_params(PARAMS_DIR / "cpu.yaml", [f"model.path={tiny_f16_model}", "model.quant=F16",
                                                    "verify.repetitions=1", "verify.prompt_tokens=16",
                                                    "verify.gen_tokens=4", f"build.cache_dir={tmp_path / 'cache'}"])
-    result = run_verify(Layout(tmp_path / "run"), cpu_wheel, params, tmp_path, expect_gpu=False, cache_dir=tmp_path / "cache",
-                        log=lambda _: None, runtime_env={"LLAMA_CPP_LIB_PATH": str(prebuilt)})
+    target = VerifyTarget(expect_gpu=False, runtime_env={"LLAMA_CPP_LIB_PATH": str(prebuilt)})
+    request = VerifyRequest(Layout(tmp_path / "run"), cpu_wheel, params, target, tmp_path, tmp_path / "cache")
+    result = run_verify(request, log=lambda _: None)
     assert result.library_file == str(prebuilt / "libllama.so")
     assert result.runtime_env == {"LLAMA_CPP_LIB_PATH": str(prebuilt)}
     assert result.ok, result.findings

@@ -13,7 +13,8 @@ from playbook.params import PARAMS_DIR, load_params
 from playbook.runfolder.layout import Layout
 from playbook.verify.launcher import child_env
 from playbook.verify.server_check import check_server
-from playbook.verify.step import _server_failed, run_verify
+from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
+from playbook.verify.units.server import server_failed
 
 # Answers as llama_cpp.server does, on the standard library's HTTP server.
 FAKE_SERVER = """
@@ -78,7 +79,7 @@ def test_a_server_that_dies_is_a_finding_with_its_log(tmp_path):
     check = check_server(tmp_path / "model.gguf", child_env(site), tmp_path / "server.log", 0, startup_timeout_s=60)
     assert not check.ok and check.status == "exited" and check.returncode == 1
     assert "No module named 'fastapi'" in check.log_tail
-    finding = _server_failed(check)
+    finding = server_failed(check)
     assert finding.id == "server-failed" and "No module named 'fastapi'" in finding.evidence
 
 
@@ -97,13 +98,14 @@ def test_server_extra_is_installed_and_answers_a_completion(tmp_path, cpu_wheel,
                                                       "verify.repetitions=1", "verify.prompt_tokens=16",
                                                       "verify.gen_tokens=4", "verify.timeout_s=300",
                                                       f"build.cache_dir={tmp_path / 'cache'}"])
-    result = run_verify(Layout(tmp_path / "run"), cpu_wheel, params, tmp_path, expect_gpu=False, cache_dir=tmp_path / "cache",
-                        log=print, extras=["server"])
-    install_log = (Layout(tmp_path / "run").verify_logs(1) / "install.log").read_text()
+    layout = Layout(tmp_path / "run")
+    result = run_verify(VerifyRequest(layout, cpu_wheel, params, VerifyTarget(expect_gpu=False, extras=["server"]),
+                                      tmp_path, tmp_path / "cache"), log=print)
+    install_log = layout.install_log(1).read_text()
     assert result.extras == ["server"] and (Path(result.site_dir) / "fastapi").is_dir(), install_log[-2000:]
     server = result.server
     assert server is not None and server.ok, (server, result.findings)
     assert server.http_status == 200 and server.text_length is not None and server.latency_s > 0
     assert server.n_gpu_layers == 0  # a CPU-only wheel
     assert result.ok, result.findings
-    assert (tmp_path / "run" / "verify-logs" / "attempt-1" / "server.log").is_file()
+    assert layout.server_log(1).is_file()

@@ -94,7 +94,7 @@ def test_llama_class_defaults_are_what_llama_uses():
 
 def test_the_child_runs_with_the_settings_it_is_given(tmp_path, cpu_wheel, tiny_f16_model):
     """The real wheel: every setting reaches llama.cpp, and each test's context is sized as llama-bench sizes it."""
-    from playbook.verify.step import run_bench_child
+    from playbook.verify.units.offload_sweep import run_bench_child
 
     site = tmp_path / "site"
     assert install_wheel(cpu_wheel, site).returncode == 0

@@ -8,6 +8,10 @@ from playbook.verify.sweep import SweepPoint, layer_counts, plot_scale, plot_thr
 SEVEN_B = Path(__file__).resolve().parents[2] / "outputs" / "reference" / "20261122T031414Z-vm" / "throughput-attempt-1.csv"
 
 
+def png_and_svg(stem):
+    return [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+
+
 @pytest.mark.parametrize(
     "n_layer, requested, offload, expected",
     [(16, [], True, [0, 4, 8, 13, 17]), (16, [], False, [0]), (16, [17, 0, 17], True, [0, 17]), (4, [], True, [0, 1, 2, 4, 5])],
@@ -21,7 +25,7 @@ def test_csv_and_plot(tmp_path):
               SweepPoint(8, "crash")]
     csv = write_sweep_csv(points, tmp_path / "throughput.csv")
     assert csv.read_text().splitlines()[0].startswith("n_gpu_layers,status,offloaded_layers,pp_tokens_per_s")
-    paths = plot_throughput(points, "test", tmp_path / "throughput")
+    paths = plot_throughput(points, "test", png_and_svg(tmp_path / "throughput"))
     assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
 
 
@@ -30,7 +34,7 @@ def test_csv_and_plot(tmp_path):
 def test_a_single_point_plot_has_a_readable_axis(tmp_path):
     import matplotlib.image
 
-    paths = plot_throughput([SweepPoint(0, "ok", 0, 6662.3, 1474.3, 736.4, 223.5, 0.1)], "cpu", tmp_path / "one")
+    paths = plot_throughput([SweepPoint(0, "ok", 0, 6662.3, 1474.3, 736.4, 223.5, 0.1)], "cpu", png_and_svg(tmp_path / "one"))
     assert matplotlib.image.imread(paths[0]).shape[0] > 100
 
 
@@ -46,14 +50,14 @@ def test_a_curve_spanning_more_than_a_decade_is_drawn_on_a_log_axis(tmp_path):
     flat = [SweepPoint(0, "ok", pp_tokens_per_s=100.0, tg_tokens_per_s=50.0),
             SweepPoint(8, "ok", pp_tokens_per_s=400.0, tg_tokens_per_s=90.0)]
     assert plot_scale(flat) == "linear"
-    paths = plot_throughput(seven_b, "7B", tmp_path / "seven", scale="auto")
+    paths = plot_throughput(seven_b, "7B", png_and_svg(tmp_path / "seven"), scale="auto")
     assert "(log scale)" in paths[1].read_text()
 
 
 def test_a_cpu_only_build_is_a_bar_titled_as_such(tmp_path):
-    paths = plot_throughput([SweepPoint(0, "ok", 0, 120.3, 1.2, 80.5, 0.4, 0.1)], "tiny.gguf", tmp_path / "cpu",
+    paths = plot_throughput([SweepPoint(0, "ok", 0, 120.3, 1.2, 80.5, 0.4, 0.1)], "tiny.gguf", png_and_svg(tmp_path / "cpu"),
                             gpu_offload=False)
     svg = paths[1].read_text()
     assert "CPU-only build" in svg and "all layers on the CPU" in svg and "n_gpu_layers" not in svg
-    crashed = plot_throughput([SweepPoint(0, "crash")], "tiny.gguf", tmp_path / "crash", gpu_offload=False)
+    crashed = plot_throughput([SweepPoint(0, "crash")], "tiny.gguf", png_and_svg(tmp_path / "crash"), gpu_offload=False)
     assert "crash" in crashed[1].read_text()

@@ -104,25 +104,28 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
     """verify.tune: true on the CPU wheel and the tiny model: every trial a child, the report in the run folder."""
     from playbook.params import PARAMS_DIR, load_params
     from playbook.runfolder.layout import Layout
-    from playbook.verify.step import run_verify
+    from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
 
     params = load_params(PARAMS_DIR / "cpu.yaml", [
         f"model.path={tiny_f16_model}", "model.quant=F16", "verify.tune=true", "verify.tune_depths=[0, 32]",
         "verify.prompt_tokens=32", "verify.gen_tokens=8", "verify.repetitions=2", "verify.threads=2"])
     layout = Layout(tmp_path / "run")
-    result = run_verify(layout, cpu_wheel, params, tmp_path, expect_gpu=False, cache_dir=tmp_path / "cache",
-                        log=lambda line: None)
+    result = run_verify(VerifyRequest(layout, cpu_wheel, params, VerifyTarget(expect_gpu=False), tmp_path,
+                                      tmp_path / "cache"), log=lambda line: None)
     assert result.tune is not None, result.summary
     (target,) = result.tune.targets
     assert target.n_gpu_layers == 0 and not target.error
     assert all(t.status == "ok" for t in target.trials), [(t.label, t.status) for t in target.trials]
     assert {t.label for t in target.trials} >= {"defaults (Llama())", "flash_attn=on", "threads=1"}
     assert {(r.depth, r.test) for r in target.gains} == {(0, "pp"), (0, "tg"), (32, "pp"), (32, "tg")}
-    report = layout.tune(1, ".md").read_text()
+    report = layout.tune_report(1).read_text()
     assert "## n_gpu_layers=0: no GPU offload" in report and "llm = llama_cpp.Llama(" in report
-    saved = json.loads(layout.tune(1, ".json").read_text())
+    saved = json.loads(layout.tune_result(1).read_text())
     assert saved["targets"][0]["llama_kwargs"]["n_gpu_layers"] == "0"
     assert (layout.verify_logs(1) / target.trials[0].log_file).is_file()
+    tune_unit = next(u for u in result.units if u.name == "tune")
+    owned = [layout.tune_result(1), layout.tune_report(1), layout.verify_logs(1) / target.trials[0].log_file]
+    assert tune_unit.status == "measured" and {layout.in_run(path) for path in owned} <= set(tune_unit.files)
 
 
 def test_playbook_report_shows_the_tuning_report(tmp_path):
@@ -135,8 +138,8 @@ def test_playbook_report_shows_the_tuning_report(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(Path(__file__).resolve().parents[2] / "outputs" / "reference" / "20261122T031414Z-vm", run)
     result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, synthetic_speed, log=lambda line: None)
-    Layout(run).tune(1, ".md").write_text(report_markdown(result))
-    Layout(run).tune(1, ".json").write_text("{}")
+    Layout(run).tune_report(1).write_text(report_markdown(result))
+    Layout(run).tune_result(1).write_text("{}")
     index = Path(write_report(run, str(tmp_path / "report")))
     html = index.read_text()
     assert "<h2>Runtime tuning</h2>" in html and "llm = llama_cpp.Llama(model_path=&#39;/models/m.gguf&#39;" in html

@@ -19,6 +19,10 @@ LLAMA_BENCH_JSON = json.dumps([
 ])
 
 
+def png_and_svg(stem):
+    return [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+
+
 def test_llama_bench_json_is_read():
     points = parse_llama_bench_json("ggml_cuda_init: found 1 CUDA devices\n" + LLAMA_BENCH_JSON)
     bench = LlamaBench(True, points=points)
@@ -38,5 +42,5 @@ def test_ratios_and_bandwidth_fraction(tmp_path):
     assert round(full.tg_overhead_ms_per_token, 4) == round(1000 / 940 - 1000 / 1000, 4)
     assert 0.2 < full.tg_bandwidth_fraction < 0.25
     assert result.points[0].tg_bandwidth_fraction is None  # the limit holds for full offload only
-    paths = plot_throughput(result.points, "t", tmp_path / "plot", result.tg_limit_tokens_per_s)
+    paths = plot_throughput(result.points, "t", png_and_svg(tmp_path / "plot"), result.tg_limit_tokens_per_s)
     assert paths[0].stat().st_size > 1000

@@ -1,0 +1,34 @@
+"""The registry of verify's units, in the order they run: each reads only the values of units before it.
+
+A new measurement: a module here with one class (``name``, ``skip_reason``, ``measure``, ``record``; see
+:class:`playbook.verify.measurement.Measurement`) and one ``REGISTRY.register(...)`` line below, placed
+after the units whose values it reads (``after="offload-sweep"`` from elsewhere).
+"""
+
+from __future__ import annotations
+
+from playbook.verify.measurement import Registry
+from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
+from playbook.verify.units.import_probe import IMPORT_PROBE
+from playbook.verify.units.llama_bench import LLAMA_BENCH
+from playbook.verify.units.machine_code import MACHINE_CODE
+from playbook.verify.units.model_file import MODEL_FILE
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
+from playbook.verify.units.runtime_tune import TUNE
+from playbook.verify.units.server import SERVER
+from playbook.verify.units.throughput import THROUGHPUT
+
+
+def default_registry() -> Registry:
+    """Every unit verify runs, in order: a fresh registry, so a caller may add to its own copy."""
+    registry = Registry()
+    registry.register(MACHINE_CODE)  # before the probe: without a GPU, the machine code shows a GPU build
+    registry.register(IMPORT_PROBE)  # stops verify when the wheel does not import
+    registry.register(MODEL_FILE)  # stops verify when the model cannot be written or read
+    registry.register(GPU_CPU_AGREEMENT)
+    registry.register(OFFLOAD_SWEEP)
+    registry.register(SERVER)
+    registry.register(LLAMA_BENCH)  # at the sweep's layer counts, when the sweep measured any
+    registry.register(TUNE)  # from the sweep's memory use; through llama-bench too when it was built
+    registry.register(THROUGHPUT)  # last: the sweep's table with every yardstick read against it
+    return registry

@@ -1,0 +1,89 @@
+"""The machine-code listing: which GPU architectures the wheel's GPU library holds code for, read from
+the file itself (no GPU needed, so a wheel built on a CI or Docker builder is checked too).
+
+One lister per backend in :data:`LISTERS`: CUDA's is ``cuobjdump --list-elf`` (:mod:`playbook.verify.cuda_elf`).
+A backend with code objects of its own (HIP's ``gfx`` targets) adds its lister there and its value's field
+in :class:`~playbook.verify.result.VerifyResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from playbook.verify.cuda_elf import CudaElf, list_elf
+from playbook.verify.measurement import Measured, VerifyContext
+from playbook.verify.result import VerifyResult
+
+
+class CodeListing(Protocol):
+    """What a lister finds: the GPU library, the architectures it holds code for, those it lacks."""
+
+    library: str
+    architectures: list[str]
+    missing: list[str]
+    error: str
+
+    @property
+    def ok(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Lister:
+    """How one backend's machine code is listed."""
+
+    tool: str
+    """The tool's name; its output goes to ``verify-logs/attempt-N/<tool>.log``."""
+    run: Callable[[Path, str, str, Path, Path], CodeListing]
+    """(site folder, the plan's targets, toolkit root, cache folder, log file) -> the listing."""
+    record: Callable[[CodeListing, VerifyResult], None]
+    """Where verify-attempt-N.json keeps it."""
+
+
+def _record_cuda(listing: CodeListing, result: VerifyResult) -> None:
+    assert isinstance(listing, CudaElf)
+    result.cuda_elf = listing
+
+
+LISTERS: dict[str, Lister] = {"cuda": Lister("cuobjdump", list_elf, _record_cuda)}
+
+
+@dataclass
+class MachineCodeListing:
+    """A listing and the backend whose lister made it."""
+
+    backend: str
+    listing: CodeListing
+
+
+class MachineCode:
+    name = "machine-code"
+
+    def skip_reason(self, ctx: VerifyContext) -> str:
+        if ctx.target.backend not in LISTERS:
+            return f"no machine-code listing for the {ctx.target.backend or 'plan'}'s backend"
+        if not ctx.target.gpu_targets:
+            return "the plan names no GPU architectures"
+        return ""
+
+    def measure(self, ctx: VerifyContext) -> Measured[MachineCodeListing]:
+        lister = LISTERS[ctx.target.backend]
+        log_file = ctx.layout.machine_code_log(ctx.attempt, lister.tool)
+        listing = lister.run(ctx.wheel.site_dir, ctx.target.gpu_targets, ctx.target.toolkit, ctx.request.cache_dir,
+                             log_file)
+        ctx.log(f"machine code in {Path(listing.library).name or 'the wheel'}: "
+                f"{', '.join(listing.architectures) or 'none'}"
+                + (f"; missing {', '.join(listing.missing)}" if listing.missing else "")
+                + (f" ({listing.error})" if listing.error else ""))
+        note = (f"machine code for {', '.join(listing.architectures) or 'no architecture'}"
+                + (f", missing {', '.join(listing.missing)}" if listing.missing else "")
+                + (f" ({listing.error})" if listing.error else ""))
+        return Measured(MachineCodeListing(ctx.target.backend, listing), files=[log_file], passed=listing.ok, note=note)
+
+    def record(self, value: MachineCodeListing, result: VerifyResult) -> None:
+        LISTERS[value.backend].record(value.listing, result)
+
+
+MACHINE_CODE = MachineCode()

@@ -1,0 +1,78 @@
+"""The tune (verify.tune): the search of :mod:`playbook.verify.tune` for runtime settings faster than
+``Llama()``'s defaults, each trial a child like the sweep's points; its result and its report in the
+run folder."""
+
+from __future__ import annotations
+
+from itertools import count
+from pathlib import Path
+
+from playbook.serialization import write_json
+from playbook.verify.measurement import Measured, VerifyContext
+from playbook.verify.result import VerifyResult
+from playbook.verify.settings import BenchSettings
+from playbook.verify.sweep import default_threads
+from playbook.verify.tune import TuneResult, TuneTrial, report_markdown, trial_from_child, tune
+from playbook.verify.units.import_probe import IMPORT_PROBE
+from playbook.verify.units.llama_bench import LLAMA_BENCH
+from playbook.verify.units.model_file import MODEL_FILE
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP, run_bench_child
+from playbook.verify.yardsticks import BenchPoint, run_llama_bench
+
+
+class RuntimeTune:
+    name = "tune"
+
+    def skip_reason(self, ctx: VerifyContext) -> str:
+        if not ctx.params.verify.tune:
+            return "verify.tune is false"
+        sweep = ctx.value(OFFLOAD_SWEEP)
+        return "" if sweep is not None and sweep.measured else "the sweep measured nothing to start from"
+
+    def measure(self, ctx: VerifyContext) -> Measured[TuneResult]:
+        verify, layout, attempt = ctx.params.verify, ctx.layout, ctx.attempt
+        model, sweep = ctx.require(MODEL_FILE), ctx.require(OFFLOAD_SWEEP)
+        depths = list(verify.tune_depths)
+        numbers = count(1)
+        trial_logs: list[Path] = []
+
+        def measure(candidate: BenchSettings, ngl: int, label: str) -> TuneTrial:
+            log_file = layout.tune_trial_log(attempt, ngl, next(numbers))
+            trial_logs.append(log_file)
+            outcome = run_bench_child(model.path, ngl, candidate, verify.prompt_tokens, verify.gen_tokens,
+                                      verify.repetitions, ctx.wheel.site_dir, log_file, ctx.timeout_s * len(depths),
+                                      ctx.request.python, ctx.wheel.child_env, depths)
+            trial = trial_from_child(label, ngl, candidate, outcome.status, outcome.result, log_file.name)
+            ctx.log(f"  {label}: {outcome.status} " + " ".join(
+                f"d{d} pp {r['pp']:.1f} tg {r['tg']:.1f}" for d, r in trial.rates.items()))
+            return trial
+
+        bench = None
+        built = ctx.value(LLAMA_BENCH)
+        if built is not None and built.ok and built.binary:
+            binary = Path(built.binary)
+
+            def bench(candidate: BenchSettings, ngl: int, bench_depths: list[int]) -> list[BenchPoint]:
+                points, _, error = run_llama_bench(binary, model.path, [ngl], candidate, verify.prompt_tokens,
+                                                   verify.gen_tokens, verify.repetitions,
+                                                   layout.llama_bench_log(attempt), ctx.timeout_s * len(bench_depths),
+                                                   bench_depths)
+                if error:
+                    raise RuntimeError(error)
+                return points
+
+        tuned = tune(str(model.path), model.n_layer, ctx.require(IMPORT_PROBE).gpu_offload, ctx.settings.threads,
+                     default_threads(), depths, verify.prompt_tokens, verify.gen_tokens, verify.repetitions, measure,
+                     verify.gpu_memory_budget, {p.n_gpu_layers: p.gpu_memory_mib for p in sweep.measured}, bench,
+                     ctx.log)
+        report = layout.tune_report(attempt)
+        report.write_text(report_markdown(tuned), encoding="utf-8")
+        tuned.report_file = report.name
+        write_json(tuned, layout.tune_result(attempt))
+        return Measured(tuned, files=[layout.tune_result(attempt), report, *trial_logs])
+
+    def record(self, value: TuneResult, result: VerifyResult) -> None:
+        result.tune = value
+
+
+TUNE = RuntimeTune()
