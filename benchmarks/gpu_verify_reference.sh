@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 23's reference runs on an offline GPU machine, in the playbook's checkout there, with the offline bundle in
-# .carry/bundle (python -m playbook bundle .carry/bundle --python 3.12 --exclude-present params/present/gpu-machine.txt).
+# .carry/bundle (python -m playbook bundle .carry/bundle --python 3.12 --exclude-present params/present/gpu-machine.txt),
+# or packed as .carry/bundle.tar.xz (tar -C .carry -cJf .carry/bundle.tar.xz bundle: a fifth of the transfer), unpacked here.
 # A command there may run 10 minutes, so the work is cut in steps that each fit, run back to back on one machine:
 #
 #   benchmarks/gpu_verify_reference.sh build      the 1B reference chain (params/gpu-reference.yaml) up to its
@@ -18,6 +19,7 @@ bundle="$PWD/.carry/bundle"
 mkdir -p "$work/results" "$work/runs"
 exec > >(tee -a "$work/results/${1:-usage}.log") 2>&1
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+[ -f "$bundle/BUNDLE.json" ] || [ ! -f .carry/bundle.tar.xz ] || tar -C .carry -xJf .carry/bundle.tar.xz
 [ -f "$bundle/BUNDLE.json" ] || { log "no offline bundle in $bundle (see the top of $0)"; exit 2; }
 if [ ! -d "$bundle/site" ]; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$bundle/site" "$bundle"/wheels/*.whl \
