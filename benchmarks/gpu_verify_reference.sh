@@ -8,6 +8,7 @@
 #                                                 built wheel: the run is interrupted (Ctrl-C) as verify starts
 #   benchmarks/gpu_verify_reference.sh yardstick  playbook resume: verify with llama-bench in interleaved pairs
 #   benchmarks/gpu_verify_reference.sh tune       the 7B tune (params/gpu-tune.yaml), the wheel from the wheel cache
+#   benchmarks/gpu_verify_reference.sh build-tune the 7B chain up to its wheel (a cold machine), then: resume
 #
 # Everything goes under $WORK (default outputs/gpu-reference: ignored by git, kept between commands on one machine):
 # cache/ (ccache, wheel cache, models), runs/ (the run folders), and results/<step>.log. PYTHON picks the interpreter.
@@ -32,8 +33,12 @@ log "$(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,n
 newest_run() { ls -d "$work"/runs/*/ 2>/dev/null | tail -1; }
 
 case "${1:-}" in
-  build)
-    "$python" -m playbook run --params params/gpu-reference.yaml "${source_args[@]}" --output "$work/runs" &
+  build|build-tune)
+    profile=params/gpu-reference.yaml
+    [ "$1" = build-tune ] && profile=params/gpu-tune.yaml
+    # job control: without it a background command ignores SIGINT, and the Ctrl-C below would not reach it
+    set -m
+    "$python" -m playbook run --params "$profile" "${source_args[@]}" --output "$work/runs" &
     runner=$!
     # Ctrl-C as soon as the build attempt has written its result: verify runs in the next command
     until [ -n "$(newest_run)" ] && ls "$(newest_run)"/build-attempt-*.json > /dev/null 2>&1; do
@@ -53,6 +58,11 @@ case "${1:-}" in
   tune)
     "$python" -m playbook run --params params/gpu-tune.yaml "${source_args[@]}" --output "$work/runs"
     log "tune: exit status $?"
+    ;;
+  resume)
+    run="$(newest_run)"
+    "$python" -m playbook resume "$run"
+    log "resume $run: exit status $?"
     ;;
   *)
     sed -n '2,14p' "$0"

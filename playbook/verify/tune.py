@@ -122,31 +122,34 @@ def alternatives(dimension: str, current: BenchSettings, *, gpu: bool, layers_on
 
 # In the order the search tries them: those that gained most on the GPU machines first, so a search that its
 # time budget stops has tried them.
-DIMENSIONS = ("flash_attn", "batch", "threads", "poll", "cuda_graphs", "kv_cache", "offload_kqv")
+DIMENSIONS = ("flash_attn", "poll", "threads", "batch", "cuda_graphs", "kv_cache", "offload_kqv")
 # The CPU thread pool: none (Llama()'s per-graph pool), no polling, llama-bench's default polling.
 POLLS = (None, 0, 50)
 
 
 class Budget:
-    """verify.tune_budget_s over every offload target: each target gets an equal share of what is left, and its
-    search stops while there is still time to measure what it found (side by side, and through llama-bench)."""
+    """verify.tune_budget_s over every offload target. The defaults are measured at every target first; what is
+    left is then shared in proportion to how long a trial takes at each (a trial with layers on the CPU, at depth,
+    takes many times one at full offload), and each search stops while there is still time to measure what it
+    found: side by side (one alternating round under a budget, two without) and llama-bench's runs where built."""
 
-    # After the search: side by side (2 rounds of 2), and llama-bench's two runs where it was built.
-    SIDE_BY_SIDE_TRIALS = 4
     LLAMA_BENCH_TRIALS = 2
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic, with_llama_bench: bool = True):
         self.seconds, self.clock = seconds, clock
         self.started = clock()
-        self.trials_after_search = self.SIDE_BY_SIDE_TRIALS + (self.LLAMA_BENCH_TRIALS if with_llama_bench else 0)
+        self.side_by_side_rounds = 1 if seconds else 2
+        self.trials_after_search = 2 * self.side_by_side_rounds + (self.LLAMA_BENCH_TRIALS if with_llama_bench else 0)
 
     def elapsed(self) -> float:
         return self.clock() - self.started
 
-    def target_deadline(self, targets_left: int) -> float | None:
+    def target_deadline(self, trial_s: list[float]) -> float | None:
+        """The deadline of the first of the targets still to search, whose trials take ``trial_s`` each."""
         if not self.seconds:
             return None
-        return self.clock() + max(0.0, self.seconds - self.elapsed()) / max(1, targets_left)
+        share = trial_s[0] / sum(trial_s) if sum(trial_s) > 0 else 1 / len(trial_s)
+        return self.clock() + max(0.0, self.seconds - self.elapsed()) * share
 
     def allows(self, deadline: float | None, trial_s: float) -> bool:
         """Another candidate fits before ``deadline`` with the trials that must follow the search."""
@@ -166,17 +169,16 @@ def score(trial: TuneTrial, reference: TuneTrial) -> float | None:
 
 def search(defaults: BenchSettings, n_gpu_layers: int, measure: Measure, *, gpu: bool, layers_on_cpu: bool,
            cores: int, dimensions: tuple[str, ...] = DIMENSIONS, budget: Budget | None = None,
-           deadline: float | None = None) -> tuple[BenchSettings, list[TuneTrial], str]:
+           deadline: float | None = None, measured_defaults: tuple[TuneTrial, float] | None = None,
+           ) -> tuple[BenchSettings, list[TuneTrial], str]:
     """Coordinate descent from ``defaults``; returns the best settings, every trial (the defaults' first), and why
-    the search stopped early ("" when it tried every candidate)."""
+    the search stopped early ("" when it tried every candidate). ``measured_defaults``: the defaults' trial and
+    its seconds, when already measured."""
     budget = budget or Budget(0)
-    started = budget.clock()
-    reference = measure(defaults, n_gpu_layers, "defaults (Llama())")
-    reference.score = 1.0 if reference.status == "ok" else None
+    reference, slowest_trial_s = measured_defaults or measure_defaults(defaults, n_gpu_layers, measure, budget)
     trials = [reference]
     if reference.status != "ok":
         return defaults, trials, ""
-    slowest_trial_s = budget.clock() - started
     best, best_score = defaults, 1.0
     for number, dimension in enumerate(dimensions):
         for label, candidate in alternatives(dimension, best, gpu=gpu, layers_on_cpu=layers_on_cpu, cores=cores):
@@ -192,6 +194,15 @@ def search(defaults: BenchSettings, n_gpu_layers: int, measure: Measure, *, gpu:
             if trial.score is not None and trial.score > best_score * (1 + MIN_GAIN):
                 best, best_score = candidate, trial.score
     return best, trials, ""
+
+
+def measure_defaults(defaults: BenchSettings, n_gpu_layers: int, measure: Measure,
+                     budget: Budget) -> tuple[TuneTrial, float]:
+    """What ``Llama(model_path, n_gpu_layers=N)`` runs with: the reference every candidate is scored against."""
+    started = budget.clock()
+    reference = measure(defaults, n_gpu_layers, "defaults (Llama())")
+    reference.score = 1.0 if reference.status == "ok" else None
+    return reference, budget.clock() - started
 
 
 def side_by_side(defaults: BenchSettings, best: BenchSettings, n_gpu_layers: int, measure: Measure,
@@ -278,21 +289,24 @@ def tune(model_path: str, n_layer: int, gpu_offload: bool, threads: int, cores: 
     result = TuneResult(list(depths), n_prompt, n_gen, repetitions, model_path)
     budget = budget or Budget(0)
     targets = offload_targets(n_layer, gpu_offload, budget_mib, measured_mib or {}, model_bytes)
-    for number, (ngl, why) in enumerate(targets):
-        defaults = llama_class_defaults(threads)
-        log(f"tuning {number + 1} of {len(targets)} at n_gpu_layers={ngl} ({why}), depths "
-            f"{', '.join(map(str, depths))}" + (f"; {budget.elapsed():.0f} of {budget.seconds:.0f} s used"
-                                                 if budget.seconds else ""))
-        deadline = budget.target_deadline(len(targets) - number)
+    defaults = llama_class_defaults(threads)
+    log(f"tuning at n_gpu_layers {', '.join(str(ngl) for ngl, _ in targets)}, depths {', '.join(map(str, depths))}"
+        + (f", within {budget.seconds:.0f} s: first the defaults at each" if budget.seconds else ""))
+    references = [measure_defaults(defaults, ngl, measure, budget) for ngl, _ in targets]
+    for number, ((ngl, why), reference) in enumerate(zip(targets, references, strict=True)):
+        log(f"tuning {number + 1} of {len(targets)} at n_gpu_layers={ngl} ({why})"
+            + (f"; {budget.elapsed():.0f} of {budget.seconds:.0f} s used" if budget.seconds else ""))
+        deadline = budget.target_deadline([seconds for _, seconds in references[number:]])
         best, trials, stopped = search(defaults, ngl, measure, gpu=gpu_offload and ngl > 0,
-                                       layers_on_cpu=ngl <= n_layer, cores=cores, budget=budget, deadline=deadline)
+                                       layers_on_cpu=ngl <= n_layer, cores=cores, budget=budget, deadline=deadline,
+                                       measured_defaults=reference)
         target = TuneTarget(ngl, why, defaults, best, trials, stopped=stopped)
         if stopped:
             log(f"  {stopped}")
         if trials[0].status != "ok":
             target.error = f"the defaults' trial ended {trials[0].status}: see {trials[0].log_file}"
         else:
-            target.gains = side_by_side(defaults, best, ngl, measure)
+            target.gains = side_by_side(defaults, best, ngl, measure, budget.side_by_side_rounds)
             if bench is not None:
                 _add_llama_bench(target, bench, depths, log)
         target.llama_kwargs = best.llama_kwargs(ngl)

@@ -66,26 +66,46 @@ class FakeClock:
 
 def test_the_time_budget_stops_the_search_in_time_to_measure_what_it_found():
     clock = FakeClock(trial_s=10.0)
-    budget = Budget(200, clock)
+    budget = Budget(120, clock)
     best, trials, stopped = search(llama_class_defaults(8), 33, clock.measure, gpu=True, layers_on_cpu=True, cores=8,
-                                   budget=budget, deadline=budget.target_deadline(1))
-    # 200 s: the defaults' trial, then candidates while one more and the six trials after the search still fit
-    assert len(trials) == 14 and clock.now == 140.0  # and 6 trials x 10 s after it: 200 s
-    assert "verify.tune_budget_s (200 s) stopped the search after 14 trials" in stopped and "not tried:" in stopped
+                                   budget=budget, deadline=budget.target_deadline([10.0]))
+    # 120 s: the defaults' trial, then candidates while one more and the four trials after the search (one side
+    # by side round, llama-bench's two runs) still fit
+    assert len(trials) == 8 and clock.now == 80.0  # and 4 trials x 10 s after it: 120 s
+    assert "verify.tune_budget_s (120 s) stopped the search after 8 trials" in stopped and "not tried:" in stopped
     assert best.flash_attn == "on"  # the first dimension was tried
     _, all_trials, not_stopped = search(llama_class_defaults(8), 33, FakeClock(10.0).measure, gpu=True,
                                         layers_on_cpu=True, cores=8)
     assert not not_stopped and len(all_trials) > len(trials)
 
 
+class SlowOnTheCpu(FakeClock):
+    """A trial takes 10 s at full offload (33) and 40 s with layers left on the CPU."""
+
+    def measure(self, settings, ngl, label):
+        self.now += 10.0 if ngl == 33 else 40.0
+        return synthetic_speed(settings, ngl, label)
+
+
+def test_the_budget_goes_where_trials_are_slow():
+    clock = SlowOnTheCpu(trial_s=0)
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, clock.measure, 2000,
+                  {0: 200.0, 13: 1600.0, 33: 4000.0}, log=lambda line: None, budget=Budget(600, clock))
+    full, partial = result.targets
+    # 550 s left after both defaults: 110 s for the 10 s trials, 440 s for the 40 s ones
+    assert len(full.trials) == 8 and len(partial.trials) == 8
+    assert partial.trials[2].label == "thread pool poll=0"  # after flash attention, polling first where layers stay on the CPU
+    assert clock.now <= 600
+
+
 def test_the_tune_shares_its_budget_between_offloads_and_says_when_it_stopped():
     clock = FakeClock(trial_s=10.0)
     result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, clock.measure, 2000,
-                  {0: 200.0, 13: 1600.0, 33: 4000.0}, log=lambda line: None, budget=Budget(300, clock))
+                  {0: 200.0, 13: 1600.0, 33: 4000.0}, log=lambda line: None, budget=Budget(250, clock))
     assert [t.n_gpu_layers for t in result.targets] == [33, 15]  # 116 MiB per layer beyond 162 MiB
-    # 26 candidates and 8 side-by-side trials of 10 s would take 340 s: both searches stop, both gains measured
+    # 10 + 14 candidates, 2 defaults and 4 side-by-side trials of 10 s would take 300 s: both searches stop
     assert all(t.stopped for t in result.targets) and all(t.gains for t in result.targets)
-    assert clock.now <= 300
+    assert clock.now <= 250
     assert "The search did not finish: verify.tune_budget_s" in report_markdown(result)
 
 
