@@ -52,6 +52,8 @@ class OpenBlasBackend(BackendUnit):
     profile = "openblas"
     offloads = False
     planned_on_macos = True  # Homebrew's openblas
+    ggml_library = "ggml-blas"
+    ggml_device = "BLAS"
     status = "planned only"
 
     def assess(self, planner: Planner) -> Assessment:
