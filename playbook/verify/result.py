@@ -8,6 +8,7 @@ from typing import Any
 
 from playbook.knowledge.failures import Finding
 from playbook.verify.agreement import Agreement
+from playbook.verify.backend_libraries import LibraryCheck
 from playbook.verify.cuda_elf import CudaElf
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.rpc_server import RpcOffload
@@ -70,5 +71,5 @@ class VerifyResult:
     gpu_skipped: str = ""
     units: list[UnitRecord] = field(default_factory=list)  # each unit's turn, in the order they ran
     # The backend's own ggml libraries (ggml-blas, ggml-rpc): in the wheel, loaded, used.
-    backend_libraries: list[Any] = field(default_factory=list)
+    backend_libraries: list[LibraryCheck] = field(default_factory=list)
     rpc: RpcOffload | None = None  # build.rpc: the servers, logits and throughput through rpc-server

@@ -44,9 +44,10 @@ llama_context:        CPU compute buffer size =     1.01 MiB
 
 
 def real_rpc_server() -> Path | None:
-    """An rpc-server the slow RPC test (or a run) built into the playbook's cache, if any."""
-    cache = Path(os.environ.get("LLAMA_PLAYBOOK_CACHE", Path.home() / ".cache" / "llama-cpp-playbook"))
-    found = sorted((cache / "rpc-server-build").glob("*/bin/rpc-server"))
+    """An rpc-server the slow RPC test (in PLAYBOOK_TEST_CACHE) or a run (in the playbook's cache) built, if any."""
+    caches = [os.environ.get("PLAYBOOK_TEST_CACHE"),
+              os.environ.get("LLAMA_PLAYBOOK_CACHE", Path.home() / ".cache" / "llama-cpp-playbook")]
+    found = sorted(p for cache in filter(None, caches) for p in (Path(cache) / "rpc-server-build").glob("*/bin/rpc-server"))
     return found[-1] if found else None
 
 

@@ -4,44 +4,22 @@ backend whose unit names a library (``ggml_library``: ggml-blas) and for the RPC
 
 - in the wheel: the library file is among the installed wheel's files;
 - loaded: the import probe's child had it mapped, and ggml's registry listed its device (``ggml_device``: BLAS);
-- used: the sweep's prompt processing graph was split between backends (llama.cpp's ``graph_reserve`` line:
+- used: the sweep's prompt processing graph was split between backends (llama.cpp's ``sched_reserve`` line:
   ``splits = N / 1`` with N > 1 for the prompt), which happens only when another backend than the CPU took
   operations; a CPU-only wheel has one split. (The RPC client's use is the rpc-offload unit's measurement.)
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from playbook.backends import registry, rpc
+from playbook.verify.backend_libraries import LibraryCheck, library_files, prompt_graph_splits
 from playbook.verify.measurement import Measured, VerifyContext
 from playbook.verify.result import VerifyResult
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
-
-# llama-context.cpp's graph_reserve: "graph (pp bs=512, tg bs=1): nodes = 1234 / 1200, splits = 9 / 1, ..." or,
-# when the prompt's and generation's graphs do not differ, "graph: nodes = 1234, splits = 1, ...".
-GRAPH_SPLITS = re.compile(r"graph_reserve: graph(?: \(pp bs=\d+, tg bs=\d+\))?: nodes = [\d /]+, splits = (\d+)")
-
-
-@dataclass
-class LibraryCheck:
-    """One ggml backend library of the wheel: present, loaded, used."""
-
-    library: str
-    """Its name ("ggml-blas")."""
-    file: str = ""
-    """Its file in the installed wheel, relative to the install folder; "" when absent."""
-    loaded: bool = False
-    """The import probe's child had it mapped (/proc/self/maps)."""
-    device: str = ""
-    """The device ggml's registry listed for it ("BLAS: OpenBLAS"); "" when none was listed or none is expected."""
-    prompt_graph_splits: int | None = None
-    """Splits of the prompt's graph in the sweep's first point (more than 1: another backend took operations)."""
-    problems: list[str] = field(default_factory=list)
-    """What is missing, in words; empty when the library is there and used."""
 
 
 @dataclass
@@ -111,18 +89,6 @@ def expected_libraries(ctx: VerifyContext) -> list[tuple[str, str, bool]]:
     if ctx.target.rpc is not None:
         expected.append((rpc.CLIENT_LIBRARY, "", False))
     return expected
-
-
-def library_files(site_dir: Path, library: str) -> list[Path]:
-    """``lib<library>.so*`` / ``.dylib`` / ``<library>.dll`` anywhere in the installed wheel."""
-    patterns = (f"lib{library}.so*", f"lib{library}.dylib", f"{library}.dll")
-    return sorted(p for pattern in patterns for p in site_dir.rglob(pattern))
-
-
-def prompt_graph_splits(log_text: str) -> int | None:
-    """The prompt graph's splits in a child's log (the first graph_reserve line); None when the log has none."""
-    match = GRAPH_SPLITS.search(log_text)
-    return int(match[1]) if match else None
 
 
 BACKEND_LIBRARY = BackendLibraryUnit()
