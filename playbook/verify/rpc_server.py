@@ -19,9 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING
 
-from typing_extensions import Self
 
 from playbook.backends.rpc import RpcPlan
 from playbook.files import sha256_of
@@ -30,6 +29,9 @@ from playbook.process import kill_group, run_streaming
 from playbook.steps.caches import ccache_env
 from playbook.verify.agreement import Agreement
 from playbook.verify.sweep import SweepPoint
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # Python 3.10 has no typing.Self; annotations only
 
 LOOPBACK = "127.0.0.1"
 # The variable child_scripts/probe.py reads the servers to connect to from (it never imports playbook).
@@ -130,9 +132,6 @@ def find_server_binary(build_dir: Path) -> Path | None:
         if found:
             return found[0]
     return None
-
-
-_Server = TypeVar("_Server", bound="RpcServer")
 
 
 class RpcServer:
