@@ -21,7 +21,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-
 from playbook.backends.rpc import RpcPlan
 from playbook.files import sha256_of
 from playbook.localhost import free_port, wait_until_listening
