@@ -15,11 +15,11 @@ from playbook.verify.settings import BenchSettings
 from playbook.verify.units.backend_library import expected_libraries
 from playbook.verify.units.rpc_offload import RPC_OFFLOAD
 
-# The first sched_reserve line of a prompt's context: OpenBLAS took the matrix products (splits 9 for the prompt),
-# and a plain CPU wheel's (one split); copied from this machine's verify logs.
-BLAS_LOG = ("llama_context: CPU  output buffer size =     0.12 MiB\n"
-            "sched_reserve: graph (pp bs=512, tg bs=1): nodes = 147 / 139, splits = 9 / 1, input objects = 4 / 3, "
-            "input tensors = 5 / 5\n")
+# The first sched_reserve line of a prompt's context: OpenBLAS took the matrix products (42 splits for the prompt;
+# copied from this machine's OpenBLAS verify log, bench-ngl-0.log), and a plain CPU wheel's (one split).
+BLAS_LOG = ("sched_reserve:        CPU compute buffer size =    63.50 MiB\n"
+            "sched_reserve: graph (pp bs=512, tg bs=1): nodes = 130 / 130, splits = 42 / 1, input objects = 4 / 4, "
+            "input tensors = 6 / 6\n")
 CPU_LOG = "sched_reserve: graph: nodes = 147, splits = 1, input objects = 4, input tensors = 5\n"
 
 
@@ -50,7 +50,7 @@ def test_the_library_is_found_wherever_the_wheel_puts_it(tmp_path):
 
 
 def test_the_prompt_graph_s_splits_show_whether_another_backend_took_work():
-    assert prompt_graph_splits(BLAS_LOG) == 9
+    assert prompt_graph_splits(BLAS_LOG) == 42
     assert prompt_graph_splits(CPU_LOG) == 1
     assert prompt_graph_splits("load_tensors: CPU_Mapped model buffer size = 1 MiB\n") is None
 
