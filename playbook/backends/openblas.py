@@ -54,7 +54,7 @@ class OpenBlasBackend(BackendUnit):
     planned_on_macos = True  # Homebrew's openblas
     ggml_library = "ggml-blas"
     ggml_device = "BLAS"
-    status = "planned only"
+    status = "runs here"
 
     def assess(self, planner: Planner) -> Assessment:
         lacking = missing(planner.facts.openblas)

@@ -116,7 +116,7 @@ def build_rpc_server(tree: Path, plan: RpcPlan, env: dict[str, str], build_dir: 
                 record.error = f"cmake {'--build' if '--build' in command else 'configure'} {how}; see {log_file.name}"
                 return record
     record.build_s = round(time.monotonic() - started, 1)
-    binary = find_server_binary(build_dir)
+    binary = find_server_binary(build_dir, plan.server_target)
     if binary is None:
         record.error = f"the build ended but no rpc-server executable is under {build_dir}"
         return record
@@ -124,9 +124,10 @@ def build_rpc_server(tree: Path, plan: RpcPlan, env: dict[str, str], build_dir: 
     return record
 
 
-def find_server_binary(build_dir: Path) -> Path | None:
-    """``bin/rpc-server`` (``rpc-server.exe``): the target ggml-rpc-server's output name."""
-    for name in ("rpc-server", "rpc-server.exe"):
+def find_server_binary(build_dir: Path, target: str = "ggml-rpc-server") -> Path | None:
+    """The server's executable: named after its target (``bin/ggml-rpc-server`` in llama.cpp's tools/rpc), or
+    ``rpc-server`` as older llama.cpp named it (examples/rpc)."""
+    for name in (target, f"{target}.exe", "rpc-server", "rpc-server.exe"):
         found = sorted(p for p in build_dir.rglob(name) if p.is_file() and os.access(p, os.X_OK))
         if found:
             return found[0]

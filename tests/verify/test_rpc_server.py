@@ -47,7 +47,7 @@ def real_rpc_server() -> Path | None:
     """An rpc-server the slow RPC test (in PLAYBOOK_TEST_CACHE) or a run (in the playbook's cache) built, if any."""
     caches = [os.environ.get("PLAYBOOK_TEST_CACHE"),
               os.environ.get("LLAMA_PLAYBOOK_CACHE", Path.home() / ".cache" / "llama-cpp-playbook")]
-    found = sorted(p for cache in filter(None, caches) for p in (Path(cache) / "rpc-server-build").glob("*/bin/rpc-server"))
+    found = sorted(p for cache in filter(None, caches) for p in (Path(cache) / "rpc-server-build").glob("*/bin/ggml-rpc-server"))
     return found[-1] if found else None
 
 
@@ -68,7 +68,7 @@ def test_what_the_server_announced_and_what_the_client_put_there():
 
 
 def stand_in_tree(tmp_path: Path, compiles: bool = True) -> Path:
-    """A tree whose vendor/llama.cpp is a CMake project with the server's target and output name."""
+    """A tree whose vendor/llama.cpp is a CMake project with the server's target (its executable is named after it)."""
     project = tmp_path / "tree" / "vendor" / "llama.cpp"
     project.mkdir(parents=True)
     (project / "main.c").write_text("int main(void) { return 0; }\n" if compiles else "int main(void) { oops }\n")
@@ -76,7 +76,7 @@ def stand_in_tree(tmp_path: Path, compiles: bool = True) -> Path:
         "cmake_minimum_required(VERSION 3.15)\nproject(standin C)\noption(GGML_RPC \"\" OFF)\n"
         "if(NOT GGML_RPC)\n  message(FATAL_ERROR \"GGML_RPC not given\")\nendif()\n"
         "add_executable(ggml-rpc-server main.c)\n"
-        "set_target_properties(ggml-rpc-server PROPERTIES OUTPUT_NAME rpc-server RUNTIME_OUTPUT_DIRECTORY bin)\n")
+        "set_target_properties(ggml-rpc-server PROPERTIES RUNTIME_OUTPUT_DIRECTORY bin)\n")
     return tmp_path / "tree"
 
 
@@ -85,7 +85,7 @@ def test_the_server_is_built_from_the_tree_with_the_plan_s_arguments(tmp_path):
     log = tmp_path / "rpc-server-build-attempt-1.log"
     build = build_rpc_server(stand_in_tree(tmp_path), plan, dict(os.environ), tmp_path / "build", log, None, 300)
     assert build.ok, log.read_text()
-    assert Path(build.binary).name == "rpc-server" and len(build.sha256) == 64
+    assert Path(build.binary).name == "ggml-rpc-server" and len(build.sha256) == 64
     assert build.backend == "cpu" and build.cmake_args == ["-DGGML_RPC=ON"] and build.log_file == log.name
     assert "--target ggml-rpc-server" in log.read_text()
 
