@@ -288,11 +288,15 @@ def logits(model_path, n_gpu_layers, threads, n_positions, out_file, op_offload)
 
 
 def ggml_library():
-    """The ggml library beside the llama.cpp library the binding loaded (it holds the backend registry)."""
+    """The ggml library llama.cpp's library already loaded (it holds the backend registry). A wheel keeps
+    libggml.so and libggml.so.0 as two files, not a link: opening the other one would load a second registry,
+    which llama.cpp never reads. So the mapped one first (Linux), else the one beside llama.cpp's library."""
+    mapped = [p for p in mapped_libraries() or [] if os.path.basename(p).split(".")[0] in ("libggml", "ggml")]
     folder = os.path.dirname(library_file() or "")
-    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
-        if os.path.exists(os.path.join(folder, name)):
-            return ctypes.CDLL(os.path.join(folder, name))
+    candidates = mapped + [os.path.join(folder, n) for n in ("libggml.so.0", "libggml.so", "libggml.dylib", "ggml.dll")]
+    for path in candidates:
+        if os.path.exists(path):
+            return ctypes.CDLL(path)
     raise RuntimeError(f"no ggml library beside {library_file()}")
 
 

@@ -78,7 +78,13 @@ class RpcOffloadUnit:
         files += ctx.layout.rpc_plots(ctx.attempt)
         full = max(counts)
         at_full = next((p for p in offload.points if p.n_gpu_layers == full), None)
-        sent_all = at_full is not None and at_full.status == "ok" and bool(at_full.offloaded_layers)
+        # llama.cpp says "offloaded N/N layers to GPU" even when no device took them: the server must hold weights.
+        held = record.model_mib_by_layers.get(str(full), 0.0)
+        sent_all = at_full is not None and at_full.status == "ok" and bool(at_full.offloaded_layers) and held > 0
+        if at_full is not None and at_full.status == "ok" and not held:
+            offload.error = (f"no weights reached {record.address} with {full} layers sent: the client's load log "
+                             "names no RPC buffer (the server was not among the model's devices)")
+            ctx.log(f"  {offload.error}")
         passed = (not offload.error and sent_all and offload.agreement is not None and offload.agreement.ok)
         return Measured(offload, findings, files, passed=passed, summary=summary(offload))
 
