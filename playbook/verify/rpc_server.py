@@ -75,7 +75,8 @@ class RpcServerRecord:
     devices: list[str] = field(default_factory=list)
     """The devices it announced ("CPU: AMD EPYC ... (23975 MiB, 20111 MiB free)")."""
     held_mib_by_layers: dict[str, float] = field(default_factory=dict)
-    """Layers sent to it -> MiB the client allocated there (model, KV, compute and output buffers)."""
+    """Layers sent to it -> peak MiB the client allocated there (weights, and the largest KV, compute and output
+    buffer of its contexts)."""
     model_mib_by_layers: dict[str, float] = field(default_factory=dict)
     """Layers sent to it -> MiB of model weights among them."""
     log_file: str = ""
@@ -214,13 +215,17 @@ def announced_devices(server_log: str) -> list[str]:
 
 
 def held_mib(client_log: str, address: str) -> tuple[float, float]:
-    """(all buffers, model weights) in MiB that a client's load log says it allocated on the server at ``address``."""
-    total = model = 0.0
+    """(peak, model weights) in MiB that a client's load log says it allocated on the server at ``address``: the
+    weights, plus the largest KV, compute and output buffer (a child makes one context after another)."""
+    model, largest = 0.0, {"KV": 0.0, "compute": 0.0, "output": 0.0}
     for match in RPC_BUFFER_LINE.finditer(client_log):
-        if match["endpoint"] == address:
-            total += float(match["mib"])
-            model += float(match["mib"]) if match["kind"] == "model" else 0.0
-    return round(total, 2), round(model, 2)
+        if match["endpoint"] != address:
+            continue
+        if match["kind"] == "model":
+            model += float(match["mib"])
+        else:
+            largest[match["kind"]] = max(largest[match["kind"]], float(match["mib"]))
+    return round(model + sum(largest.values()), 2), round(model, 2)
 
 
 @dataclass

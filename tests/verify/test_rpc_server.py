@@ -38,6 +38,8 @@ load_tensors: RPC0[127.0.0.1:41234] model buffer size =     4.61 MiB
 load_tensors:   CPU_Mapped model buffer size =     8.20 MiB
 llama_kv_cache: RPC0[127.0.0.1:41234] KV buffer size =     0.50 MiB
 llama_context: RPC0[127.0.0.1:41234] compute buffer size =    16.03 MiB
+~llama_context: RPC0[127.0.0.1:41234] compute buffer size is  16.0300 MiB, matches expectation of  16.0300 MiB
+sched_reserve: RPC0[127.0.0.1:41234] compute buffer size =    12.00 MiB
 llama_context: RPC0[127.0.0.1:9999] compute buffer size =    99.00 MiB
 llama_context:        CPU compute buffer size =     1.01 MiB
 """
@@ -63,7 +65,8 @@ def test_the_server_listens_on_loopback_only():
 def test_what_the_server_announced_and_what_the_client_put_there():
     assert announced_devices(SERVER_LOG) == ["CPU: AMD EPYC 9V74 80-Core Processor (23975 MiB, 20111 MiB free)"]
     assert announced_devices("rpc-server: error\n") == []
-    assert held_mib(CLIENT_LOG, "127.0.0.1:41234") == (21.14, 4.61)  # another server's buffers are not counted
+    # weights, plus the largest KV and compute buffer of the child's contexts; another server's are not counted
+    assert held_mib(CLIENT_LOG, "127.0.0.1:41234") == (21.14, 4.61)
     assert held_mib(CLIENT_LOG, "127.0.0.1:1") == (0.0, 0.0)
 
 
