@@ -72,8 +72,9 @@ def main() -> int:
     lines = [f"# OpenBLAS wheel against the plain CPU wheel, pp{PROMPT_TOKENS} (and tg{GEN_TOKENS}), one run",
              (f"# machine: {platform.machine()}, {args.threads} threads; {args.rounds} rounds alternating the wheels, "
               f"{args.repetitions} repetitions each (median); settings {settings.csv_fields()}")]
-    for label, _site, _tree, plan in wheels:
-        lines.append(f"# {label}: {plan.cmake_args_string}")
+    for label, _site, _tree, plan in wheels:  # the build's own arguments (not the compiler cache's launchers)
+        own = [a for a in plan.cmake_args if "COMPILER_LAUNCHER" not in a and not a.startswith("-DGGML_CCACHE")]
+        lines.append(f"# {label}: {' '.join(own)}")
     print("\n".join(lines), flush=True)
     rows = []
     for shape in [s for s in args.shapes.split(",") if s]:

@@ -247,9 +247,9 @@ class Layout:
         """One side (``cpu`` or ``rpc``) of the logits agreement through the RPC server."""
         return self.verify_logs(attempt) / f"rpc-logits-{side}.log"
 
-    def rpc_bench_log(self, attempt: int, n_layers: int) -> Path:
+    def rpc_bench_log(self, attempt: int, n_gpu_layers: int) -> Path:
         """One point of the sweep by layers sent to the RPC server."""
-        return self.verify_logs(attempt) / f"rpc-bench-ngl-{n_layers}.log"
+        return self.verify_logs(attempt) / f"rpc-bench-ngl-{n_gpu_layers}.log"
 
     def rpc_plots(self, attempt: int) -> list[Path]:
         """Local against RPC throughput by layers: PNG first (the report shows it), then SVG."""
