@@ -130,6 +130,9 @@ class BuildParams:
     # true: the wheel also gets llama.cpp's RPC client (-DGGML_RPC=ON) on top of the backend, to offload layers
     # to rpc-server processes; the plan says how to build the server from the same tree (playbook.backends.rpc).
     rpc: bool = False
+    # With build.rpc: the backend rpc-server is built for, when not the wheel's own ("cuda": a CPU client of a
+    # CUDA server, the shape of a small fleet); empty: the same backend as the wheel.
+    rpc_server_backend: Literal["", "cpu", "cuda", "hip", "metal", "vulkan", "sycl", "openblas"] = ""
 
 
 @dataclass

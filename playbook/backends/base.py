@@ -61,6 +61,11 @@ class BackendUnit:
     """Peak resident memory of one compiler process on its sources, measured on llama.cpp's."""
     device_log_name: ClassVar[str] = ""
     """The name llama.cpp gives its buffers in a load log ("CUDA" in "CUDA0 model buffer size = ...")."""
+    ggml_library: ClassVar[str] = ""
+    """The ggml backend library its wheel must hold and load beside the CPU's ("ggml-blas"); empty when the backend
+    has none of its own to check (verify's backend-library unit looks for it)."""
+    ggml_device: ClassVar[str] = ""
+    """The device that library registers ("BLAS"), as ggml's registry names it."""
     planned_on_macos: ClassVar[bool] = False
     """True when asking for it on macOS plans it as on any other system; otherwise the Mac's own choice (Metal or
     CPU, :mod:`playbook.steps.configure.apple`) decides."""

@@ -52,7 +52,9 @@ class OpenBlasBackend(BackendUnit):
     profile = "openblas"
     offloads = False
     planned_on_macos = True  # Homebrew's openblas
-    status = "planned only"
+    ggml_library = "ggml-blas"
+    ggml_device = "BLAS"
+    status = "runs here"
 
     def assess(self, planner: Planner) -> Assessment:
         lacking = missing(planner.facts.openblas)

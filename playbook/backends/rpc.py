@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from playbook.steps.configure.planner import Planner
 
 
+# The client's ggml backend library, which the wheel holds and loads beside the CPU's.
+CLIENT_LIBRARY = "ggml-rpc"
+
+
 @dataclass
 class RpcPlan:
     """What ``build.rpc`` adds to a plan beyond the client's CMake argument: how to build the server."""
@@ -30,6 +34,10 @@ class RpcPlan:
     """Where in the source tree the server's CMake project is ("vendor/llama.cpp")."""
     server_cmake_args: list[str] = field(default_factory=list)
     """The server's configure arguments: the plan's backend arguments, GGML_RPC and the tools on, the rest off."""
+    server_backend: str = ""
+    """The backend the server runs ("cuda"); the client's own unless ``build.rpc_server_backend`` names another."""
+    server_env: dict[str, str] = field(default_factory=dict)
+    """The server's build and run environment beyond the inherited one (CUDACXX, the toolkit's libraries)."""
 
 
 def table() -> dict[str, Any]:
@@ -50,11 +58,11 @@ def configure(planner: Planner) -> None:
                    f"({client['source']})")
 
 
-def server_plan(cmake_args: list[str]) -> RpcPlan:
-    """How to build ``rpc-server`` from the same tree with the same backend: the plan's final arguments less
+def server_plan(cmake_args: list[str], backend: str = "", env: dict[str, str] | None = None) -> RpcPlan:
+    """How to build ``rpc-server`` from the same tree for ``backend``: that backend's plan arguments less
     those of llama-cpp-python's own build, plus the server's standalone options."""
     server = table()["server"]
     names = {arg.split("=", 1)[0] for arg in server["args"]}
     dropped = {f"-D{name}" for name in server["binding_only"]} | names
     kept = [a for a in cmake_args if a.split("=", 1)[0].split(":", 1)[0] not in dropped]
-    return RpcPlan(server["target"], server["source_dir"], kept + list(server["args"]))
+    return RpcPlan(server["target"], server["source_dir"], kept + list(server["args"]), backend, dict(env or {}))

@@ -14,6 +14,10 @@ Usage: python child.py probe
 On Windows, Python 3.8+ ignores PATH when it looks for a DLL's dependencies: the folders named in
 ``PLAYBOOK_DLL_DIRECTORIES`` (os.pathsep-separated; the plan's ``dll_directories``, e.g. CUDA's bin)
 are added with ``os.add_dll_directory`` before ``llama_cpp`` is imported.
+
+With ``PLAYBOOK_RPC_SERVERS`` set (comma-separated host:port), every mode first registers those rpc-server
+processes as devices through the RPC backend's registry functions, as llama.cpp's own ``--rpc`` does
+(llama-cpp-python 0.3.36's binding has no ``rpc_servers`` argument): n_gpu_layers then sends layers to them.
 """
 
 import ctypes
@@ -33,6 +37,7 @@ DLL_ADDED, DLL_MISSING, _DLL_HANDLES = add_dll_directories(
 import llama_cpp
 
 RESULT_PREFIX = "PLAYBOOK_RESULT "
+RPC_SERVERS_VARIABLE = "PLAYBOOK_RPC_SERVERS"
 
 
 def emit(result):
@@ -69,7 +74,29 @@ def probe():
         "mapped_libraries": mapped_libraries(),
         "lib_path_variable": os.environ.get("LLAMA_CPP_LIB_PATH"),
         "dll_directories": {"added": DLL_ADDED, "missing": DLL_MISSING},
+        "devices": registered_devices(),
     }
+
+
+def registered_devices():
+    """Every device ggml's registry holds (CPU, BLAS, CUDA0, RPC0[...]), as "name: description"; None where the
+    ggml library cannot be found beside llama.cpp's."""
+    try:
+        ggml = ggml_library()
+    except (RuntimeError, OSError):
+        return None
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    for name in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(ggml, name).restype = ctypes.c_char_p
+        getattr(ggml, name).argtypes = [ctypes.c_void_p]
+    devices = []
+    for i in range(ggml.ggml_backend_dev_count()):
+        device = ggml.ggml_backend_dev_get(i)
+        devices.append(f"{ggml.ggml_backend_dev_name(device).decode(errors='replace')}: "
+                       f"{ggml.ggml_backend_dev_description(device).decode(errors='replace')}")
+    return devices
 
 
 # llama-bench's defaults (tools/llama-bench/llama-bench.cpp); the parent passes every one explicitly.
@@ -303,8 +330,57 @@ def logits(model_path, n_gpu_layers, threads, n_positions, out_file, op_offload)
     return result
 
 
+def ggml_library():
+    """The ggml library llama.cpp's library already loaded (it holds the backend registry). A wheel keeps
+    libggml.so and libggml.so.0 as two files, not a link: opening the other one would load a second registry,
+    which llama.cpp never reads. So the mapped one first (Linux), else the one beside llama.cpp's library."""
+    mapped = [p for p in mapped_libraries() or [] if os.path.basename(p).split(".")[0] in ("libggml", "ggml")]
+    folder = os.path.dirname(library_file() or "")
+    candidates = mapped + [os.path.join(folder, n) for n in ("libggml.so.0", "libggml.so", "libggml.dylib", "ggml.dll")]
+    for path in candidates:
+        if os.path.exists(path):
+            return ctypes.CDLL(path)
+    raise RuntimeError(f"no ggml library beside {library_file()}")
+
+
+def connect_rpc_servers(endpoints):
+    """Register each rpc-server as a device (common/arg.cpp's add_rpc_devices): the RPC backend's
+    ggml_backend_rpc_add_server, then ggml_backend_register. Returns the device names now registered."""
+    ggml = ggml_library()
+    ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
+    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_dev_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+    rpc = ggml.ggml_backend_reg_by_name(b"RPC")
+    if not rpc:
+        raise RuntimeError("this llama.cpp has no RPC backend (built without -DGGML_RPC=ON)")
+    address = ggml.ggml_backend_reg_get_proc_address(rpc, b"ggml_backend_rpc_add_server")
+    if not address:
+        raise RuntimeError("the RPC backend has no ggml_backend_rpc_add_server")
+    add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+    for endpoint in endpoints:
+        registry = add_server(endpoint.encode())
+        if not registry:
+            raise RuntimeError(f"rpc-server {endpoint}: ggml_backend_rpc_add_server failed")
+        ggml.ggml_backend_register(registry)
+    devices = [ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i)).decode()
+               for i in range(ggml.ggml_backend_dev_count())]
+    sys.stderr.write(f"playbook: devices after connecting {','.join(endpoints)}: {', '.join(devices)}\n")
+    return devices
+
+
 def main(argv):
     mode = argv[1]
+    servers = [s for s in os.environ.get(RPC_SERVERS_VARIABLE, "").split(",") if s]
+    if servers:
+        llama_cpp.llama_backend_init()
+        connect_rpc_servers(servers)
     if mode == "probe":
         emit(probe())
     elif mode == "bench":

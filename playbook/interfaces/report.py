@@ -66,6 +66,12 @@ class RunSummary:
     check_lines: list[str] = field(default_factory=list)
     check_ok: bool = False
     tune_text: str = ""  # the newest tune-attempt-N.md (verify.tune)
+    rpc_png: str = ""  # build.rpc: local against RPC throughput by layers, a file name in the run folder
+    rpc_attempt: Attempt | None = None  # the newest attempt whose verify went through rpc-server
+
+    @property
+    def rpc(self) -> Any:
+        return self.rpc_attempt.verify.rpc if self.rpc_attempt and self.rpc_attempt.verify else None
 
     @property
     def toolkit(self) -> Any:
@@ -95,6 +101,8 @@ def read_summary(run_dir: Path) -> RunSummary:
     verified = [a for a in attempts if a.verify and a.verify.plot_files]
     plot = layout.throughput_plots(verified[-1].attempt)[0].name if verified else ""
     check = check_run(run.path, allow_missing=[f"{WHEELHOUSE}/*"])
+    through_rpc = [a for a in attempts if a.verify and a.verify.rpc and a.verify.rpc.plot_files]
+    rpc_png = layout.rpc_plots(through_rpc[-1].attempt)[0].name if through_rpc else ""
     return RunSummary(
         run_id=run.run_id,
         record=run.record(),
@@ -109,6 +117,8 @@ def read_summary(run_dir: Path) -> RunSummary:
         if verified else "",
         check_lines=check.lines(),
         check_ok=check.ok,
+        rpc_png=rpc_png if rpc_png and (run.path / rpc_png).is_file() else "",
+        rpc_attempt=through_rpc[-1] if through_rpc else None,
         tune_text=next((layout.tune_report(n).read_text(encoding="utf-8") for n in reversed(layout.attempts("tune"))
                         if layout.tune_report(n).is_file()), ""),
     )
@@ -127,8 +137,9 @@ def write_report(run_dir: Path, output: str = "") -> str:
         page = _ENV.get_template("notebook").render(title=f"{summary.run_id} · {name}", body=body, name=name)
         _write(page, f"{output}/{Path(name).stem}.html")
     plot = base64.b64encode((run_dir / summary.plot_png).read_bytes()).decode() if summary.plot_png else ""
+    rpc_plot = base64.b64encode((run_dir / summary.rpc_png).read_bytes()).decode() if summary.rpc_png else ""
     index = f"{output}/{REPORT_INDEX}"
-    _write(_ENV.get_template("index").render(s=summary, plot=plot, Path=Path), index)
+    _write(_ENV.get_template("index").render(s=summary, plot=plot, rpc_plot=rpc_plot, Path=Path), index)
     return index
 
 
@@ -197,6 +208,18 @@ _TEMPLATES = {
 <h2>Throughput</h2>
 {% if plot %}<img alt="{{ s.plot_alt }}" src="data:image/png;base64,{{ plot }}">{% else %}<p>No plot: no verify sweep ran.</p>{% endif %}
 {% for a in s.attempts if a.verify %}{% for p in a.verify.points if p.ratio_note %}<p>attempt {{ a.attempt }}, n_gpu_layers={{ p.n_gpu_layers }} against llama-bench: {{ p.ratio_note }}</p>{% endfor %}{% endfor %}
+{% if s.rpc %}<h2>RPC: local against layers sent to rpc-server</h2>
+{% for srv in s.rpc.servers %}<p>Server <code>{{ srv.address }}</code>: {{ srv.build.backend }} build
+<code>{{ srv.build.binary }}</code> (sha256 {{ srv.build.sha256 }}), <code>{{ srv.build.cmake_args | join(" ") }}</code>;
+devices {{ srv.devices | join("; ") }}; {{ srv.exit_status }}.</p>{% endfor %}
+<table><tr><th>layers sent</th><th>status</th><th>offloaded</th><th>pp t/s</th><th>tg t/s</th><th>MiB on the server</th></tr>
+{% for p in s.rpc.points %}<tr><td>{{ p.n_gpu_layers }}</td><td>{{ p.status }}</td><td>{{ p.offloaded_layers }}</td>
+<td>{{ (p.pp_tokens_per_s or 0) | round(1) }}</td><td>{{ (p.tg_tokens_per_s or 0) | round(1) }}</td>
+<td>{{ s.rpc.servers[0].held_mib_by_layers.get(p.n_gpu_layers | string, "") if s.rpc.servers else "" }}</td></tr>{% endfor %}</table>
+{% if s.rpc.agreement %}<p>Logits, every layer on the server against none: relative error {{ "%.2e" | format(s.rpc.agreement.relative_error) }}, top-1 agreement {{ (100 * s.rpc.agreement.top1_agreement) | round(1) }}%.</p>{% endif %}
+{% if s.rpc.error %}<p class="failed">{{ s.rpc.error }}</p>{% endif %}
+{% if rpc_plot %}<img alt="Tokens/s by layers: local against layers sent to rpc-server" src="data:image/png;base64,{{ rpc_plot }}">{% endif %}
+{% endif %}
 {% if s.tune_text %}<h2>Runtime tuning</h2>
 <pre>{{ s.tune_text }}</pre>{% endif %}
 

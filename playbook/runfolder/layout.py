@@ -11,10 +11,11 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     04-repair-attempt-N.ipynb  diagnosis-attempt-N.json              repair (also plan-attempt-N+1.json)
     05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
     verify-logs/attempt-N/  throughput-attempt-N.csv/.png/.svg
-    llama-bench-attempt-N.log  tune-attempt-N.json/.md
+    llama-bench-attempt-N.log  tune-attempt-N.json/.md  rpc-attempt-N.png/.svg  rpc-server-build-attempt-N.log
     verify-logs/attempt-N/: install.log probe.log symbols.log cuobjdump.log logits-cpu.log logits-gpu.log
                             bench-ngl-L.log server.log tune-ngl-L-NNN.log     each verify unit's children
-                            yardstick-pair-NN.log
+                            yardstick-pair-NN.log rpc-server.log rpc-logits-cpu.log rpc-logits-rpc.log
+                            rpc-bench-ngl-L.log
     history/NNN-<step>[-attempt-N]/                                  earlier executions, moved aside
     report/                                                          derived HTML (playbook report)
 """
@@ -74,7 +75,8 @@ VERIFY_LOGS = "verify-logs"
 
 # The step that writes each per-attempt file stem; plan-attempt-N (N > 1) is repair's, of attempt N-1.
 STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
-              "throughput": Step.VERIFY, "llama-bench": Step.VERIFY, "tune": Step.VERIFY}
+              "throughput": Step.VERIFY, "llama-bench": Step.VERIFY, "tune": Step.VERIFY,
+              "rpc": Step.VERIFY, "rpc-server-build": Step.VERIFY}
 FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY}
 # Copies of the newest attempt's facts that playbooks before the run-folder layout wrote; read, never written.
 LEGACY_LATEST = {"plan.json": Step.CONFIGURE, "build.json": Step.BUILD, "diagnosis.json": Step.REPAIR,
@@ -237,6 +239,26 @@ class Layout:
 
     def llama_bench_log(self, attempt: int) -> Path:
         return self._attempt_file("llama-bench", attempt, ".log")
+
+    def rpc_server_build_log(self, attempt: int) -> Path:
+        """rpc-server's CMake configure and build, from the wheel's own tree (build.rpc)."""
+        return self._attempt_file("rpc-server-build", attempt, ".log")
+
+    def rpc_server_log(self, attempt: int) -> Path:
+        """The rpc-server verify started on 127.0.0.1: what it printed (its devices, its endpoint)."""
+        return self.verify_logs(attempt) / "rpc-server.log"
+
+    def rpc_logits_log(self, attempt: int, side: str) -> Path:
+        """One side (``cpu`` or ``rpc``) of the logits agreement through the RPC server."""
+        return self.verify_logs(attempt) / f"rpc-logits-{side}.log"
+
+    def rpc_bench_log(self, attempt: int, n_gpu_layers: int) -> Path:
+        """One point of the sweep by layers sent to the RPC server."""
+        return self.verify_logs(attempt) / f"rpc-bench-ngl-{n_gpu_layers}.log"
+
+    def rpc_plots(self, attempt: int) -> list[Path]:
+        """Local against RPC throughput by layers: PNG first (the report shows it), then SVG."""
+        return [self._attempt_file("rpc", attempt, suffix) for suffix in (".png", ".svg")]
 
     def tune_result(self, attempt: int) -> Path:
         """verify.tune's result."""

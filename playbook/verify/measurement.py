@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from playbook.backends.rpc import RpcPlan
 from playbook.errors import PlaybookError
 from playbook.knowledge.failures import Finding
 from playbook.params import Params
 from playbook.runfolder.layout import Layout
 from playbook.verify.result import UnitRecord, VerifyResult
+from playbook.verify.rpc_server import RpcServerBuild
 from playbook.verify.settings import BenchSettings
 from playbook.verify.yardsticks import LlamaBench
 
@@ -34,6 +36,8 @@ T = TypeVar("T")
 
 # llama-bench from the wheel's own tree: (model, layer counts, settings) -> its measurements.
 Yardstick = Callable[[Path, list[int], BenchSettings], LlamaBench]
+# rpc-server from the wheel's own tree: (its build log) -> the build.
+RpcServerBuilder = Callable[[Path], RpcServerBuild]
 
 
 @dataclass
@@ -62,6 +66,8 @@ class VerifyTarget:
     """Where the extras' packages come from when not from the index."""
     gpu_bandwidth_gb_per_s: float | None = None
     """The GPU's peak memory bandwidth (NVML), for token generation's upper limit."""
+    rpc: RpcPlan | None = None
+    """build.rpc: the wheel has the RPC client, and this is how rpc-server is built from the same tree."""
 
 
 @dataclass
@@ -86,6 +92,8 @@ class VerifyRequest:
     """The interpreter every child runs with."""
     yardstick: Yardstick | None = None
     """llama-bench on the same build (verify.llama_bench), or None."""
+    rpc_server: RpcServerBuilder | None = None
+    """build.rpc: builds rpc-server from the wheel's tree (its log file given), or None."""
 
 
 @dataclass

@@ -8,8 +8,10 @@ from typing import Any
 
 from playbook.knowledge.failures import Finding
 from playbook.verify.agreement import Agreement
+from playbook.verify.backend_libraries import LibraryCheck
 from playbook.verify.cuda_elf import CudaElf
 from playbook.verify.launcher import ChildOutcome
+from playbook.verify.rpc_server import RpcOffload
 from playbook.verify.server_check import ServerCheck
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import SweepPoint
@@ -68,3 +70,6 @@ class VerifyResult:
     # Why the GPU checks (logits agreement, offloaded layers) did not run; "" when they did.
     gpu_skipped: str = ""
     units: list[UnitRecord] = field(default_factory=list)  # each unit's turn, in the order they ran
+    # The backend's own ggml libraries (ggml-blas, ggml-rpc): in the wheel, loaded, used.
+    backend_libraries: list[LibraryCheck] = field(default_factory=list)
+    rpc: RpcOffload | None = None  # build.rpc: the servers, logits and throughput through rpc-server

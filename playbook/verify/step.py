@@ -23,6 +23,7 @@ from playbook.verify.launcher import ChildOutcome, install_wheel, plan_child_env
 from playbook.verify.measurement import (
     InstalledWheel,
     Registry,
+    RpcServerBuilder,
     VerifyContext,
     VerifyRequest,
     VerifyTarget,
@@ -130,10 +131,12 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         find_links=plan.find_links,
         gpu_bandwidth_gb_per_s=gpu_bandwidth_gb_per_s(gpu.memory_bus_width_bits, gpu.memory_clock_max_mhz)
         if gpu else None,
+        rpc=plan.rpc,
     )
     request = VerifyRequest(layout, Path(build.wheel.path), params, target, Path(build.source.path), params.cache_dir,
                             build.attempt,
-                            yardstick=llama_bench_yardstick(run, build, plan) if params.verify.llama_bench else None)
+                            yardstick=llama_bench_yardstick(run, build, plan) if params.verify.llama_bench else None,
+                            rpc_server=rpc_server_builder(run, build, plan) if plan.rpc is not None else None)
     result = run_verify(request, log)
     run.write(result, layout.verify_result(build.attempt))
     if result.ok:
@@ -159,3 +162,22 @@ def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Yardstick:
             run.layout.llama_bench_log(build.attempt), params.verify.timeout_s, getattr(plan, "ccache_remote", ""))
 
     return measure
+
+
+def rpc_server_builder(run: RunFolder, build: Any, plan: Any) -> RpcServerBuilder:
+    """rpc-server from the wheel's own source tree with the plan's server arguments (build.rpc), in a build
+    folder of the cache named by the build's fingerprint and the server's backend; ccache as for the wheel."""
+    import os
+
+    from playbook.steps.caches import stable_tree
+    from playbook.verify.rpc_server import RpcServerBuild, build_rpc_server
+
+    params = run.params()
+
+    def build_server(log_file: Path) -> RpcServerBuild:
+        tree = stable_tree(build.source, params.cache_dir)
+        build_dir = params.cache_dir / "rpc-server-build" / f"{build.fingerprint[:16]}-{plan.rpc.server_backend}"
+        return build_rpc_server(tree, plan.rpc, dict(os.environ), build_dir, log_file, params.cache_dir,
+                                params.build.timeout_s, getattr(plan, "ccache_remote", ""))
+
+    return build_server

@@ -9,7 +9,7 @@ unit under :mod:`playbook.backends` (chosen by :mod:`.choice`); a platform's qui
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from playbook.backends import registry, rpc
 from playbook.params import Backend, Params
@@ -101,7 +101,8 @@ class Planner:
         self._user_arguments()
         self._jobs()
         self._source()
-        return self._build_plan()
+        server = self._rpc_server()
+        return self._build_plan(server)
 
     def _cpu_code(self) -> None:
         if not self.params.build.native:
@@ -226,7 +227,27 @@ class Planner:
             self.decide("package index", f"none: --no-index --find-links {source.find_links}",
                         "source.find_links names a local folder of wheels (offline)")
 
-    def _build_plan(self) -> BuildPlan:
+    def _rpc_server(self) -> rpc.RpcPlan | None:
+        """build.rpc: how to build rpc-server from the same tree, for the wheel's backend or for
+        build.rpc_server_backend's (planned here as a build of its own, whose blockers are this plan's)."""
+        if not self.params.build.rpc or not self.builds_llama_cpp():
+            return None
+        wanted = self.params.build.rpc_server_backend
+        if not wanted or wanted == self.backend.value:
+            return rpc.server_plan(self.cmake_args, self.backend.value, {**self.env, **self.runtime_env})
+        server_params = replace(self.params, backend=Backend(wanted),
+                                build=replace(self.params.build, rpc=False, rpc_server_backend=""))
+        server = Planner(self.facts, server_params, self.remembered).plan()
+        if server.backend.value != wanted:
+            self.block("rpc-server-backend-unavailable", f"build.rpc_server_backend is {wanted}, but a {wanted} build "
+                       f"cannot be planned here (it fell back to {server.backend.value})")
+        for blocker in server.blockers:
+            self.block(blocker.code, f"rpc-server ({wanted}): {blocker.message}")
+        self.decide("rpc-server backend", wanted, f"build.rpc_server_backend: the server runs {wanted}, the wheel "
+                    f"{self.backend.value} with the RPC client")
+        return rpc.server_plan(server.cmake_args, wanted, {**server.env, **server.runtime_env})
+
+    def _build_plan(self, server: rpc.RpcPlan | None) -> BuildPlan:
         params, source = self.params, self.params.source
         plan = BuildPlan(
             attempt=1,
@@ -259,7 +280,7 @@ class Planner:
             required_symbols=list(params.verify.required_symbols),
             blockers=self.blockers,
             remembered_repairs=self.replayed,
-            rpc=rpc.server_plan(self.cmake_args) if self.params.build.rpc and self.builds_llama_cpp() else None,
+            rpc=server,
         )
         studio = windows.newest_visual_studio(self.facts)
         plan.shell_commands = shell_lines(plan, studio.dev_shell if studio else "", studio.vcvarsall if studio else "")

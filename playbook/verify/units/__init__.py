@@ -8,12 +8,14 @@ after the units whose values it reads (``after="offload-sweep"`` from elsewhere)
 from __future__ import annotations
 
 from playbook.verify.measurement import Registry
+from playbook.verify.units.backend_library import BACKEND_LIBRARY
 from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.llama_bench import LLAMA_BENCH
 from playbook.verify.units.machine_code import MACHINE_CODE
 from playbook.verify.units.model_file import MODEL_FILE
 from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
+from playbook.verify.units.rpc_offload import RPC_OFFLOAD
 from playbook.verify.units.runtime_tune import TUNE
 from playbook.verify.units.server import SERVER
 from playbook.verify.units.throughput import THROUGHPUT
@@ -27,6 +29,8 @@ def default_registry() -> Registry:
     registry.register(MODEL_FILE)  # stops verify when the model cannot be written or read
     registry.register(GPU_CPU_AGREEMENT)
     registry.register(OFFLOAD_SWEEP)
+    registry.register(BACKEND_LIBRARY)  # after the sweep, whose first point shows whether the library took work
+    registry.register(RPC_OFFLOAD)  # build.rpc: after the local sweep, which its plot is drawn against
     registry.register(SERVER)
     registry.register(LLAMA_BENCH)  # at the sweep's layer counts, when the sweep measured any
     registry.register(TUNE)  # from the sweep's memory use; through llama-bench too when it was built

@@ -75,6 +75,10 @@ class ImportProbeUnit:
         target, result = ctx.target, probe.outcome.result or {}
         listing = ctx.value(MACHINE_CODE)
         reports_gpu = bool(result.get("supports_gpu_offload"))
+        if target.rpc is not None and not target.expect_gpu:
+            # llama_supports_gpu_offload() is also true when the RPC client is built: offload then goes to rpc-server
+            # processes (the rpc-offload unit), not to a device of this wheel's own backend.
+            reports_gpu = False
         # llama_supports_gpu_offload() asks for a GPU device at run time: False for any wheel on a machine
         # without a GPU. There the wheel's GPU library, with machine code in it, is what shows a GPU build.
         probe.built_for_gpu = reports_gpu or (not target.gpu_present and listing is not None
