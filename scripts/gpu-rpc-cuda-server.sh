@@ -30,6 +30,7 @@ log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 log "in $PWD: $(nproc) cores, $("$python" --version 2>&1), $(cmake --version 2>/dev/null | head -1)"
 log "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'not on PATH')"
 log "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
+[ -f "$bundle/BUNDLE.json" ] || [ ! -f .carry/bundle.tar.xz ] || tar -C .carry -xJf .carry/bundle.tar.xz  # packed
 [ -f "$bundle/BUNDLE.json" ] || { log "no offline bundle in $bundle (see the usage at the top of $0)"; exit 2; }
 
 # 1. The bundle's wheels (what the machine's Python lacks), as the bundle's README.txt says.
