@@ -5,7 +5,8 @@ Takes two verified run folders (params/openblas.yaml and params/cpu-portable.yam
 with the same CPU flags), reuses each one's installed wheel, and measures both with verify's own child
 (``bench``: pp and tg through the low-level API) on the same synthetic models and settings, alternating the two
 wheels round by round so that the machine's load falls on both alike. Prints a table and the ratio
-OpenBLAS / CPU of the medians per model, and writes them to ``--output`` (archived under benchmarks/results/).
+OpenBLAS / CPU of the medians per model, and writes every round and the table to ``--output`` (archived under
+benchmarks/results/).
 
     python benchmarks/openblas_vs_cpu.py RUN_OPENBLAS RUN_CPU [--shapes tiny,1b] [--rounds 3] [--output FILE]
 """
@@ -92,9 +93,10 @@ def main() -> int:
                         raise SystemExit(f"{label} on {shape}: {outcome.status}")
                     for test in ("pp", "tg"):
                         rates[label][test].append(outcome.result[test]["tokens_per_s_median"])
-                    print(f"  {shape} round {round_ + 1} {label:>8}: pp{PROMPT_TOKENS} "
-                          f"{rates[label]['pp'][-1]:8.1f} t/s, tg{GEN_TOKENS} {rates[label]['tg'][-1]:7.1f} t/s "
-                          f"({time.monotonic() - started:.0f} s)", flush=True)
+                    lines.append(f"  {shape} round {round_ + 1} {label:>8}: pp{PROMPT_TOKENS} "
+                                 f"{rates[label]['pp'][-1]:8.1f} t/s, tg{GEN_TOKENS} {rates[label]['tg'][-1]:7.1f} t/s "
+                                 f"({time.monotonic() - started:.0f} s)")
+                    print(lines[-1], flush=True)
         median = {label: {test: statistics.median(v) for test, v in by.items()} for label, by in rates.items()}
         rows.append((shape, median["openblas"]["pp"], median["cpu"]["pp"], median["openblas"]["pp"] / median["cpu"]["pp"],
                      median["openblas"]["tg"], median["cpu"]["tg"], median["openblas"]["tg"] / median["cpu"]["tg"]))

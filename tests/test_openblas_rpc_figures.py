@@ -13,7 +13,7 @@ from playbook.verify.step import VerifyResult
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENBLAS_RUN = ROOT / "outputs" / "reference" / "20261125T144256Z-vm"
-RPC_RUN = ROOT / "outputs" / "reference" / "RPC_RUN_ID"
+RPC_RUN = ROOT / "outputs" / "reference" / "20261125T155256Z-vm"
 BENCHMARK = ROOT / "benchmarks" / "results" / "openblas-vs-cpu-vm.txt"
 SECTION = "## OpenBLAS and RPC, measured here"
 

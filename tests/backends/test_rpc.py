@@ -67,3 +67,9 @@ def test_an_unknown_server_backend_is_refused_before_anything_is_built():
 
     with pytest.raises(ParameterError, match="build.rpc_server_backend"):
         load_params(None, ["build.rpc=true", "build.rpc_server_backend=tpu"])
+
+
+def test_a_cuda_server_needs_a_toolkit_on_the_machine_not_one_from_pypi():
+    plan = configure(machine("no-gpu"), load_params(None, ["backend=cpu", "build.rpc=true", "build.rpc_server_backend=cuda",
+                                                           "cuda.toolkit=pypi:13.0"]))
+    assert "rpc-server-toolkit-from-pypi" in [b.code for b in plan.blockers]

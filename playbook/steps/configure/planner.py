@@ -243,6 +243,10 @@ class Planner:
                        f"cannot be planned here (it fell back to {server.backend.value})")
         for blocker in server.blockers:
             self.block(blocker.code, f"rpc-server ({wanted}): {blocker.message}")
+        if server.toolkit_request is not None:
+            self.block("rpc-server-toolkit-from-pypi", f"rpc-server ({wanted}) would need the CUDA toolkit assembled "
+                       "from PyPI wheels, which only the wheel's own build assembles: install a CUDA toolkit or give "
+                       "its folder (cuda.toolkit=/path/to/cuda)")
         self.decide("rpc-server backend", wanted, f"build.rpc_server_backend: the server runs {wanted}, the wheel "
                     f"{self.backend.value} with the RPC client")
         return rpc.server_plan(server.cmake_args, wanted, {**server.env, **server.runtime_env})
