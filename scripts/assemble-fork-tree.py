@@ -2,6 +2,7 @@
 """Assemble a fork's source tree with its submodules at their pinned commits (playbook/steps/fork_tree.py).
 
     python scripts/assemble-fork-tree.py FORK_GIT DEST --submodule vendor/llama.cpp=LLAMA_CPP_GIT [--commit REV]
+        [--allow-absent 'vendor/llama.cpp/models/*.gguf']    # a mirror without its largest files
 
 Then build it:  playbook run --params params/fork.yaml --set source.path=DEST --set backend=cpu
 """
@@ -24,6 +25,9 @@ def main() -> int:
     parser.add_argument("--submodule", action="append", default=[], metavar="PATH=GIT",
                         help="where a submodule's commits are, e.g. vendor/llama.cpp=~/mirrors/llama.cpp")
     parser.add_argument("--commit", default="HEAD")
+    parser.add_argument("--allow-absent", action="append", default=[], metavar="PATTERN",
+                        help="tree paths the git folders may lack (a mirror without its largest files); left out "
+                             "of the tree and listed in its FORK_TREE.json")
     args = parser.parse_args()
     try:
         if args.dest is None:
@@ -31,12 +35,14 @@ def main() -> int:
                 print(f"{module.path}\t{module.commit}\t{module.url}")
             return 0
         repos = dict(item.split("=", 1) for item in args.submodule)
-        tree = assemble(args.fork, args.dest, {k: Path(v).expanduser() for k, v in repos.items()}, args.commit)
+        tree = assemble(args.fork, args.dest, {k: Path(v).expanduser() for k, v in repos.items()}, args.commit,
+                        args.allow_absent)
     except ForkTreeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{tree.tree}: {tree.repository} at {tree.commit}; " +
-          ", ".join(f"{m.path} at {m.commit}" for m in tree.submodules))
+          ", ".join(f"{m.path} at {m.commit}" for m in tree.submodules) +
+          (f"; left out (absent): {', '.join(tree.left_out)}" if tree.left_out else ""))
     return 0
 
 

@@ -21,6 +21,7 @@ processes as devices through the RPC backend's registry functions, as llama.cpp'
 """
 
 import ctypes
+import enum
 import json
 import os
 import random
@@ -141,10 +142,24 @@ class CpuThreadpool:
 
 
 def _enum(prefix, name):
-    value = getattr(llama_cpp, prefix + name.upper(), None)
+    wanted = prefix + name.upper()
+    value = getattr(llama_cpp, wanted, None)
     if value is None:
-        raise ValueError(f"this llama_cpp has no {prefix}{name.upper()}")
+        value = _enum_member(wanted)
+    if value is None:
+        raise ValueError(f"this llama_cpp has no {wanted}")
     return value
+
+
+def _enum_member(wanted):
+    """A value some bindings keep only as a member of an enum class, not as a module constant: JamePeng's fork
+    (guide 002) has llama_load_mode.LLAMA_LOAD_MODE_AUTO, and GGMLType.GGML_TYPE_F16 in llama_cpp._ggml."""
+    modules = [llama_cpp, getattr(llama_cpp, "llama_cpp", None), sys.modules.get("llama_cpp._ggml")]
+    for module in filter(None, modules):
+        for holder in list(vars(module).values()):
+            if isinstance(holder, type) and issubclass(holder, enum.Enum) and wanted in holder.__members__:
+                return int(holder[wanted])
+    return None
 
 
 def load_model(model_path, n_gpu_layers, settings):

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from playbook.errors import PlaybookError
 from playbook.files import sha256_of
 from playbook.params import Params
 from playbook.process import run_captured
+from playbook.steps.fork_tree import RECORD as FORK_TREE_RECORD
+from playbook.steps.fork_tree import read_record
 
 SDIST_NAME = "llama_cpp_python-{version}.tar.gz"
 BUNDLE_FILE = "BUNDLE.json"  # marks a folder written by ``playbook bundle``
@@ -28,6 +30,8 @@ class SourceInfo:
     version: str
     sha256: str  # of the sdist file; "" for a source tree
     origin: str  # where it came from, in words
+    # A tree assembled by steps/fork_tree.py: the fork's commit under ".", each submodule's under its path.
+    commits: dict[str, str] = field(default_factory=dict)
 
 
 def resolve_source(
@@ -67,7 +71,14 @@ def _local_source(path: Path, version: str, sha256: str) -> SourceInfo:
                 f"{path} has no vendor/llama.cpp sources: a git checkout needs its submodule; run "
                 f"`git -C {path} submodule update --init --recursive`"
             )
-        return SourceInfo("tree", str(path), _tree_version(path), "", f"local source tree {path}")
+        info = SourceInfo("tree", str(path), _tree_version(path), "", f"local source tree {path}")
+        if fork := read_record(path):
+            info.commits = fork.commits()
+            info.origin += (f", assembled ({FORK_TREE_RECORD}) from {fork.repository} at {fork.commit}" +
+                            "".join(f", {m.path} at {m.commit}" for m in fork.submodules) +
+                            (f"; {len(fork.left_out)} file(s) the git folders lacked left out" if fork.left_out
+                             else ""))
+        return info
     if path.is_dir():
         sdist = path / SDIST_NAME.format(version=version)
         if not sdist.is_file():
@@ -119,6 +130,16 @@ def _download_sdist(version: str, dest: Path, find_links: str, python: str) -> N
         last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output")
         raise SourceError(f"source.version {version} could not be checked or downloaded: the package index did not "
                           f"answer ({last}). Offline, put the sdist in a folder and set source.path to it")
+
+
+def multimodal_switch(path: str, default: str, names: tuple[str, ...]) -> str:
+    """Which of ``names`` (libmtmd's CMake switch) a local source tree's CMakeLists.txt declares; ``default`` for
+    an sdist, or a tree that declares none of them."""
+    cmakelists = Path(path).expanduser() / "CMakeLists.txt" if path else None
+    if cmakelists is None or not cmakelists.is_file():
+        return default
+    declared = set(re.findall(r"^\s*option\(\s*(\w+)", cmakelists.read_text(errors="replace"), re.MULTILINE))
+    return next((name for name in names if name in declared), default)
 
 
 def _tree_version(path: Path) -> str:

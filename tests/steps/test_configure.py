@@ -150,3 +150,22 @@ def test_missing_multimodal_library_is_repaired_by_building_it(this_machine):
     assert fixed is not None and fixed.multimodal is True
     assert "-DLLAVA_BUILD=ON" in fixed.cmake_args and "-DLLAVA_BUILD=OFF" not in fixed.cmake_args
     assert plan.multimodal is False
+
+
+def test_a_fork_that_renamed_the_multimodal_switch_gets_its_own_name(this_machine, tmp_path):
+    """JamePeng's fork (guide 002) declares option(MTMD_BUILD ...) and ignores LLAVA_BUILD: leaving libmtmd out
+    of it takes MTMD_BUILD=OFF, and a plan that said LLAVA_BUILD=OFF would claim a library the wheel still has."""
+    fork = tmp_path / "fork"
+    (fork / "vendor" / "llama.cpp").mkdir(parents=True)
+    (fork / "CMakeLists.txt").write_text('option(LLAMA_BUILD "llama" ON)\noption(MTMD_BUILD "mtmd" ON)\n')
+    (fork / "pyproject.toml").write_text("[project]\nname = 'llama_cpp_python'\n")
+    (fork / "vendor" / "llama.cpp" / "CMakeLists.txt").write_text("\n")
+    text_only = configure(this_machine, load_params(None, ["backend=cpu", "source.kind=path", f"source.path={fork}"]))
+    assert "-DMTMD_BUILD=OFF" in text_only.cmake_args and text_only.multimodal is False
+    assert not any(a.startswith("-DLLAVA_BUILD") for a in text_only.cmake_args)
+    asked = configure(this_machine, load_params(None, ["backend=cpu", "source.kind=path", f"source.path={fork}",
+                                                       "build.multimodal=true"]))
+    assert not any("MTMD_BUILD" in a or "LLAVA_BUILD" in a for a in asked.cmake_args) and asked.multimodal is True
+    by_hand = configure(this_machine, load_params(None, ["backend=cpu", "source.kind=path", f"source.path={fork}",
+                                                         "build.multimodal=true", "build.cmake_args=['-DMTMD_BUILD=OFF']"]))
+    assert by_hand.multimodal is False

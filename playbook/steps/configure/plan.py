@@ -11,6 +11,8 @@ from playbook.toolkits.pypi import ToolkitRequest
 
 PARALLEL_ENV = "CMAKE_BUILD_PARALLEL_LEVEL"
 MULTIMODAL_OPTION = "LLAVA_BUILD"  # llama-cpp-python's switch for libmtmd
+# Every name the switch has: JamePeng's fork (guide 002) renamed it MTMD_BUILD and ignores LLAVA_BUILD.
+MULTIMODAL_OPTIONS = (MULTIMODAL_OPTION, "MTMD_BUILD")
 
 
 @dataclass
@@ -87,8 +89,10 @@ class BuildPlan:
 
 
 def multimodal_built(cmake_args: list[str]) -> bool:
-    """Whether the arguments build libmtmd: llama-cpp-python builds it unless LLAVA_BUILD (the last one given) is off."""
-    values = [a.split("=", 1)[1] for a in cmake_args if a.split("=")[0].split(":")[0] == f"-D{MULTIMODAL_OPTION}"]
+    """Whether the arguments build libmtmd: llama-cpp-python builds it unless its switch (LLAVA_BUILD, or a fork's
+    MTMD_BUILD; the last one given) is off."""
+    switches = {f"-D{name}" for name in MULTIMODAL_OPTIONS}
+    values = [a.split("=", 1)[1] for a in cmake_args if "=" in a and a.split("=")[0].split(":")[0] in switches]
     return not values or values[-1].strip().upper() not in ("OFF", "0", "FALSE", "NO", "N")
 
 

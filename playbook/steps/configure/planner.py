@@ -19,6 +19,7 @@ from playbook.steps.caches import launcher_args, redact_url, remote_storage_prob
 from playbook.steps.configure import choice, windows
 from playbook.steps.configure.plan import (
     MULTIMODAL_OPTION,
+    MULTIMODAL_OPTIONS,
     BuildPlan,
     Decision,
     PlanWarning,
@@ -27,7 +28,7 @@ from playbook.steps.configure.plan import (
 )
 from playbook.steps.detect import CudaToolkit, Facts
 from playbook.steps.repair_memory import RememberedRepair, recall, replay
-from playbook.steps.source import bundle_wheels
+from playbook.steps.source import bundle_wheels, multimodal_switch
 from playbook.toolkits.pypi import ToolkitRequest
 
 GIB = 1024
@@ -119,10 +120,13 @@ class Planner:
                    else f"verify.required_symbols names {', '.join(needs_mtmd)}")
             self.decide("multimodal library", "built (libmtmd)", f"{why}: the LLaVA/mtmd chat handlers load libmtmd")
             return
-        self.cmake_args.append(f"-D{MULTIMODAL_OPTION}=OFF")
-        self.decide("multimodal library", f"not built (-D{MULTIMODAL_OPTION}=OFF)",
+        switch = multimodal_switch(self.params.source.path, MULTIMODAL_OPTION, MULTIMODAL_OPTIONS)
+        self.cmake_args.append(f"-D{switch}=OFF")
+        self.decide("multimodal library", f"not built (-D{switch}=OFF)",
                     "nothing but the multimodal chat handlers loads libmtmd, and the text API never does: "
-                    "fewer objects to compile; set build.multimodal: true to build it")
+                    "fewer objects to compile; set build.multimodal: true to build it" +
+                    (f" (the source tree's CMakeLists.txt names the switch {switch})" if switch != MULTIMODAL_OPTION
+                     else ""))
 
     def builds_llama_cpp(self) -> bool:
         return registry.unit(self.backend).builds_llama_cpp
