@@ -76,7 +76,8 @@ def test_cli_exit_status_says_whether_something_was_named(name, capsys):
     status = main(["diagnose", str(PASTES / name), "--json"])
     ids = [f["id"] for f in json.loads(capsys.readouterr().out)]
     assert ids == EXPECTED[name]
-    assert status == (ExitCode.FOUND if ids else ExitCode.OK)
+    named = [i for i in ids if i != UNRECOGNISED]
+    assert status == (ExitCode.FOUND if named else ExitCode.UNRECOGNISED if ids else ExitCode.OK)
 
 
 def test_quoted_and_fenced_log_is_read_line_for_line():
