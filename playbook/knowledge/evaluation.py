@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playbook.knowledge.corpus import CORPUS_FAMILIES, PARTS
+from playbook.knowledge.corpus import CORPUS_FAMILIES, PARTS, thread_key
 
 CLEAN = "clean"
 HEADER_SOURCE = "# source:"
@@ -136,8 +136,6 @@ def first_ids(log: CorpusLog) -> list[str]:
     """The ids ``playbook diagnose`` reports for a corpus log, in its order (leave-one-thread-out)."""
     from playbook.knowledge.failures import diagnose_log
     from playbook.knowledge.logtext import LogText
-
-    from playbook.knowledge.corpus import thread_key
 
     # its own thread's examples are left out of the similarity stage: a train log is in the shipped index
     findings = diagnose_log(LogText.from_text(log.text), detect_failure=True, exclude_thread=thread_key(log.source))
