@@ -35,7 +35,7 @@ QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "
 # is itself a failure's signature.
 HOME_FOLDER = re.compile(r"(?P<root>(?:\b[A-Za-z]:)?[\\/](?:Users|home|Documents and Settings)[\\/]{1,2})"
                          r"(?!<user>)(?P<name>[!-.0-9;=?-\[\]-~]+(?: [!-.0-9;=?-\[\]-~]+)?)(?=[\\/])", re.IGNORECASE)
-HEX_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{8,}\b")
+HEX_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{9,}\b")  # an address; 8 digits are a Windows status code
 
 
 @dataclass(frozen=True)
