@@ -61,3 +61,25 @@ def test_the_remote_cache_figures_quoted_come_from_the_archived_outputs():
         assert ratio <= 0.15 and "remote" in detail, (name, rows["e"])
         assert f"{seconds:.1f} s" in readmes and f"{rows['b'][0]:.1f} s" in readmes, name
         assert round(seconds / rows["a"][0], 3) == ratio
+
+
+def diagnose_speed_rows(text: str) -> dict[str, tuple[float, float, float, str]]:
+    """diagnose_speed.py's lines: log kind -> (MB, wall seconds, CPU seconds, first finding)."""
+    import re
+
+    rows = {}
+    for match in re.finditer(r"^\s+(\w+)\s+([\d.]+) MB\s+([\d.]+) s \(\s*([\d.]+) s CPU\)\s+\d+ findings: ([\w-]+)",
+                             text, re.MULTILINE):
+        rows[match.group(1)] = (float(match.group(2)), float(match.group(3)), float(match.group(4)), match.group(5))
+    return rows
+
+
+def test_the_diagnose_speed_figures_quoted_come_from_the_archived_output():
+    """benchmarks/README.md quotes results/diagnose-speed-cpu-vm.txt's own numbers, for logs of 50 MB."""
+    rows = diagnose_speed_rows((ROOT / "benchmarks" / "results" / "diagnose-speed-cpu-vm.txt").read_text())
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    assert set(rows) == {"build", "dense", "unique"}
+    for kind, (size, wall, cpu, first) in rows.items():
+        assert size >= 50.0, kind
+        assert f"{wall:.2f} s" in readme and f"{cpu:.2f} s CPU" in readme, kind
+    assert rows["build"][3] == rows["unique"][3] == "cublas-missing"  # the failure at the end is found
