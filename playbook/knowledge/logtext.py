@@ -21,8 +21,9 @@ from playbook.knowledge.normalise import match_line, paste_line, translations
 from playbook.knowledge.signatures import SPAN_AFTER, SPAN_BEFORE, Signature, required_literals
 
 SAMPLE = 65536
-# From this many bytes of distinct lines on, a literal whose inner words the log lacks is not searched for.
+# From this many bytes of distinct lines on, a literal with a word the log lacks is not searched for.
 WORDS_FROM_BYTES = 4_000_000
+_NOT_WORD_TO_SPACE = bytes(b if (48 <= b <= 57 or 97 <= b <= 122 or b == 95 or b >= 128) else 32 for b in range(256))
 ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\n]*\x07")
 # Bytes no text log holds (NUL and the C0 controls other than tab, line ends, form feed and ESC).
 CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
@@ -135,14 +136,26 @@ class LogText:
 
     @cached_property
     def _words(self) -> set[bytes] | None:
-        """The log's distinct whitespace-separated words, for a large log only (where they save searches)."""
-        return set(self._distinct_lowered.split()) if len(self._distinct_lowered) > WORDS_FROM_BYTES else None
+        """The log's distinct words (runs of letters, digits and underscores), for a large log only, where
+        they spare the searches for literals that cannot occur."""
+        if len(self._distinct_lowered) <= WORDS_FROM_BYTES:
+            return None
+        return set(self._distinct_lowered.translate(_NOT_WORD_TO_SPACE).split())
 
     def _absent(self, literal: str) -> bool:
-        """Whether a word inside ``literal`` (not its first or last, which may be part of a longer word)
-        is no word of the log, so the literal cannot occur."""
-        inner = literal.encode("utf-8").split()[1:-1] if literal[:1].strip() else literal.encode("utf-8").split()[:-1]
-        return bool(inner) and self._words is not None and any(word not in self._words for word in inner)
+        """Whether ``literal`` holds a whole word that the log lacks (so it cannot occur). A word at the
+        literal's edge counts only where the literal ends in a non-word character there: else it may be
+        the end or start of a longer word."""
+        words = self._words
+        if words is None:
+            return False
+        raw = literal.encode("utf-8")
+        tokens = raw.translate(_NOT_WORD_TO_SPACE).split()
+        if not tokens:
+            return False
+        first = 0 if raw[:1].translate(_NOT_WORD_TO_SPACE) == b" " else 1
+        last = len(tokens) if raw[-1:].translate(_NOT_WORD_TO_SPACE) == b" " else len(tokens) - 1
+        return any(token not in words for token in tokens[first:last])
 
     def _lines_with_literal(self, literal: str) -> np.ndarray:
         lines = self._lines_with.get(literal)

@@ -78,3 +78,17 @@ def test_a_signature_that_spans_lines_matches_across_them():
     log = LogText.from_text("a\nCMake Error at CMakeLists.txt:12 (find_package):\n\n  Could not find\n  foo\n")
     assert signature.spans_lines and log.first_match(signature)[0] == 2
     assert re.search(signature.regex, "\n".join(log.matched(n) for n in range(1, log.line_count + 1)))
+
+
+def test_a_large_log_skips_only_literals_it_cannot_hold():
+    """Past WORDS_FROM_BYTES the log's words spare searches; every example inside 5 MB of distinct build
+    lines is still found, on its own line."""
+    from playbook.knowledge.logtext import WORDS_FROM_BYTES
+
+    examples = "\n".join(p.read_text(encoding="utf-8") for p in sorted((DATA / "failures").glob("*/*.txt")))
+    clean = (DATA / "clean" / "cuda-build.txt").read_text(encoding="utf-8").split("\n")
+    filler = [f"{clean[i % len(clean)]} #{i}" for i in range(WORDS_FROM_BYTES // 40)]
+    large = LogText.from_text("\n".join(filler) + "\n" + examples)
+    assert large._words is not None
+    small = {f.id: f.line_number for f in known_findings(LogText.from_text(examples))}
+    assert {f.id: f.line_number - len(filler) for f in known_findings(large)} == small
