@@ -71,3 +71,31 @@ def test_folding_for_similarity_drops_what_differs_between_users():
     other = fold_for_similarity("C:\\Users\\Bob\\AppData\\Local\\Temp\\pip-build\\vendor\\llama.cpp\\ggml\\src\\ggml-cuda"
                                 "\\ggml-cuda.cu(98): error: identifier \u201c__hmax\u201d is undefined (CUDA 11.8.89)")
     assert one == other == "ggml-cuda.cu(<n>): error: identifier __hmax is undefined (cuda <v>)"
+
+
+LOG = "[3/80] Building CUDA object ggml-cuda.cu.o\r\nggml-cuda/common.cuh:5:10: fatal error: nv/target: No such file or directory\r\n"
+
+
+@pytest.mark.parametrize("encoded", [
+    b"\xff\xfe" + LOG.encode("utf-16-le"),  # PowerShell 5's `>`
+    LOG.encode("utf-16-le"),
+    b"\xef\xbb\xbf" + LOG.encode("utf-8"),
+    LOG.replace("fatal error", "schwerwiegender Fehler").replace("No such file or directory",
+                                                                  "Datei oder Verzeichnis nicht gefunden").encode("cp1252"),
+])
+def test_logs_in_other_encodings_are_read(tmp_path, encoded):
+    from playbook.knowledge.failures import diagnose_file
+
+    path = tmp_path / "build.log"
+    path.write_bytes(encoded)
+    (finding,) = diagnose_file(path)
+    assert (finding.id, finding.line_number) == ("cccl-headers-missing", 2)
+
+
+def test_a_binary_file_is_no_log(tmp_path):
+    from playbook.knowledge.failures import NotALogError, diagnose_file
+
+    path = tmp_path / "libggml.so"
+    path.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(4096) + b"fatal error: nv/target: No such file or directory\n")
+    with pytest.raises(NotALogError, match="is a binary file, not a log"):
+        diagnose_file(path)
