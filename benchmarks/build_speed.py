@@ -12,7 +12,7 @@ Runs, one after another on this machine, from a cleared state:
     python benchmarks/build_speed.py [--params params/cpu.yaml] [--set KEY=VALUE ...] [--work DIR]
                                      [--ccache-remote redis://HOST:PORT | --start-redis] [--skip-plain-pip]
 
-Prints a table of wall time and the ratio to (a). Goals: (b) <= 1.0x, (c) <= 0.25x, (d) <= 0.02x, (e) <= 0.15x.
+Prints a table of wall time and the ratio to (a); GOALS below are the ratios each case should stay within.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from playbook.steps.detect import detect
 from playbook.steps.source import resolve_source
 
 ONE_FLAG = "-DLLAMA_FATAL_WARNINGS=OFF"  # changes the fingerprint, not the objects
+GOALS = {"b": 1.0, "c": 0.25, "d": 0.02, "e": 0.15}  # case -> the largest ratio to (a) it should reach
 
 
 def plain_pip(sdist: str, cmake_args: str, out: Path, find_links: str = "", isolation: bool = True) -> tuple[float, bool]:

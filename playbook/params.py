@@ -167,12 +167,21 @@ class VerifyParams:
     type_v: KvTypeName = "f16"
     offload_kqv: bool = True
     load_mode: LoadMode = "auto"
+    # The CPU thread pool's polling, 0 (sleep at once) to 100, as llama-bench's --poll (its default: 50); "none"
+    # attaches no pool to the binding's context, as Llama() does (llama-bench still polls at 50 then).
+    poll: int | Literal["none"] = 50
+    # With llama_bench: this many pairs of processes, one binding and one llama-bench each over every layer count,
+    # the side that starts alternating; the ratio reported is the pairs' median, with their spread.
+    yardstick_pairs: int = at_least(1, 3)
     # Search the runtime settings on the built wheel (playbook.verify.tune) after the sweep.
     tune: bool = False
     # Tokens already in the KV cache while tuning measures (llama-bench's -d).
     tune_depths: list[int] = field(default_factory=lambda: [0, 4096])
-    # MiB of GPU memory the model may use: tuning also runs at the largest offload measured within it; 0: none.
+    # MiB of GPU memory the model may use: tuning also runs at the largest offload that fits it (from the memory
+    # the sweep measured per layer); 0: full offload only.
     gpu_memory_budget: int = 0
+    # Seconds the tune may take; it stops its search in time to measure what it found, and says so. 0: no limit.
+    tune_budget_s: int = at_least(0, 0)
 
 
 @dataclass
@@ -291,6 +300,10 @@ def check_params(params: Params) -> None:
         raise ParameterError(f"vulkan.include_dir {include_dir!r} holds no vulkan/vulkan_core.h; give the folder "
                              "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
     check_cuda_architectures_syntax(params.cuda.architectures)
+    poll = params.verify.poll
+    if poll != "none" and not (isinstance(poll, int) and 0 <= poll <= 100):
+        raise ParameterError(f"verify.poll = {poll!r}; accepted: a whole number from 0 (no polling) to 100, or none "
+                             "(no thread pool attached, as Llama() runs)")
     if params.build.ccache_remote:
         check_ccache_remote(params.build.ccache_remote, params.build.ccache)
     if params.cuda.toolkit.lower().startswith("pypi:"):

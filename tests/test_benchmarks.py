@@ -10,8 +10,8 @@ def test_throughput_table_of_a_reference_run():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput_table.py"), str(WITH_LLAMA_BENCH)],
                          capture_output=True, text=True, check=True).stdout
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.strip()}
-    ngl, pp, tg, bench_pp, bench_tg, pp_ratio, tg_ratio, overhead, gpu_mib, share = rows["17"]
-    assert float(pp_ratio) > 0.95 and float(tg_ratio) > 0.95  # within 5% of llama-bench at full offload
+    *_, pp_ratio, tg_ratio, overhead, gpu_mib, share = rows["17"]
+    assert abs(float(pp_ratio) - 1) < 0.05 and abs(float(tg_ratio) - 1) < 0.05  # within 5% of llama-bench
     assert abs(float(overhead)) < 0.05  # ms per generated token
     assert float(gpu_mib) == 1143.2 and 0 < float(share) < 100
     assert float(rows["0"][8]) < float(gpu_mib)  # with 0 layers only compute buffers sit on the GPU
@@ -38,29 +38,6 @@ def test_throughput_table_of_the_7b_reference_run():
     full = rows["33"]
     assert 0.9 < full[4] < 1.1 and 0.9 < full[5] < 1.1  # pp and tg within 10% of llama-bench
     assert full[1] > 10 * rows["0"][1]  # generation with every layer on the GPU is >10x none
-
-
-def build_speed_rows(text: str) -> dict[str, tuple[float, float, str]]:
-    """build_speed.py's final table: case letter -> (wall seconds, ratio to (a), detail)."""
-    import re
-
-    rows = {}
-    for match in re.finditer(r"^\((\w)\) .*?\s(\d+\.\d)\s+(\d\.\d{3})\s+yes[ \t]*(.*)$", text, re.MULTILINE):
-        rows[match.group(1)] = (float(match.group(2)), float(match.group(3)), match.group(4))
-    return rows
-
-
-def test_the_remote_cache_figures_quoted_come_from_the_archived_outputs():
-    """Both machines' case (e) meets its goal (<= 0.15x a plain pip wheel), and the READMEs quote the
-    archived files' own numbers."""
-    readmes = (ROOT / "README.md").read_text() + (ROOT / "benchmarks" / "README.md").read_text()
-    for name in ("build-speed-remote-cache-cpu-vm.txt", "build-speed-remote-cache-gpu-machine.txt"):
-        rows = build_speed_rows((ROOT / "benchmarks" / "results" / name).read_text())
-        assert set(rows) == {"a", "b", "c", "d", "e"}, name
-        seconds, ratio, detail = rows["e"]
-        assert ratio <= 0.15 and "remote" in detail, (name, rows["e"])
-        assert f"{seconds:.1f} s" in readmes and f"{rows['b'][0]:.1f} s" in readmes, name
-        assert round(seconds / rows["a"][0], 3) == ratio
 
 
 def diagnose_speed_rows(text: str) -> dict[str, tuple[float, float, float, str]]:

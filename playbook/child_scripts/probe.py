@@ -8,6 +8,7 @@ llama.cpp's own log goes to stderr, which the parent archives and diagnoses.
 
 Usage: python child.py probe
        python child.py bench MODEL NGL THREADS N_PROMPT N_GEN REPETITIONS [SETTINGS_JSON [DEPTHS]]
+       python child.py bench MODEL NGL,NGL,... ...   (every layer count in this one process, as llama-bench)
        python child.py logits MODEL NGL THREADS N_POSITIONS OUT_FILE OP_OFFLOAD
 
 On Windows, Python 3.8+ ignores PATH when it looks for a DLL's dependencies: the folders named in
@@ -29,7 +30,7 @@ DLL_ADDED, DLL_MISSING, _DLL_HANDLES = add_dll_directories(
     os.environ.get(DLL_DIRECTORIES_VARIABLE), getattr(os, "add_dll_directory", None)
 )
 
-import llama_cpp  # noqa: E402  -- first import of the binding, on purpose
+import llama_cpp
 
 RESULT_PREFIX = "PLAYBOOK_RESULT "
 
@@ -73,7 +74,43 @@ def probe():
 
 # llama-bench's defaults (tools/llama-bench/llama-bench.cpp); the parent passes every one explicitly.
 DEFAULT_SETTINGS = {"n_batch": 2048, "n_ubatch": 512, "flash_attn": "auto", "type_k": "f16", "type_v": "f16",
-                    "offload_kqv": True, "load_mode": "auto", "env": []}
+                    "offload_kqv": True, "load_mode": "auto", "poll": 50, "env": []}
+GGML_MAX_N_THREADS = 512  # ggml.h
+
+
+class ThreadpoolParams(ctypes.Structure):
+    """ggml.h's struct ggml_threadpool_params; all zeros but n_threads and poll is ggml_threadpool_params_default."""
+
+    _fields_ = [("cpumask", ctypes.c_bool * GGML_MAX_N_THREADS), ("n_threads", ctypes.c_int), ("prio", ctypes.c_int),
+                ("poll", ctypes.c_uint32), ("strict_cpu", ctypes.c_bool), ("paused", ctypes.c_bool)]
+
+
+class CpuThreadpool:
+    """The CPU thread pool llama-bench attaches to its context (``ggml_threadpool_new`` with ``poll``), attached
+    the same way: ``llama_attach_threadpool`` (which the binding does not wrap) on the library the binding loaded."""
+
+    def __init__(self, ctx, threads, poll):
+        llama = llama_cpp.llama_cpp._lib
+        folder = os.path.dirname(library_file() or "")
+        names = [n for n in sorted(os.listdir(folder)) if "ggml-cpu" in n] if folder else []
+        if not names:
+            raise RuntimeError(f"no ggml-cpu library beside {library_file()}: cannot attach a thread pool")
+        self.ggml_cpu = ctypes.CDLL(os.path.join(folder, names[0]))
+        self.ggml_cpu.ggml_threadpool_new.restype = ctypes.c_void_p
+        self.ggml_cpu.ggml_threadpool_new.argtypes = [ctypes.POINTER(ThreadpoolParams)]
+        self.ggml_cpu.ggml_threadpool_free.argtypes = [ctypes.c_void_p]
+        llama.llama_attach_threadpool.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        llama.llama_detach_threadpool.argtypes = [ctypes.c_void_p]
+        params = ThreadpoolParams(n_threads=threads, poll=poll)
+        self.pool = self.ggml_cpu.ggml_threadpool_new(ctypes.byref(params))
+        if not self.pool:
+            raise RuntimeError(f"ggml_threadpool_new failed: {threads} threads, poll {poll}")
+        self.ctx, self.llama, self.poll = ctx, llama, poll
+        llama.llama_attach_threadpool(ctx, self.pool, self.pool)
+
+    def free(self):
+        self.llama.llama_detach_threadpool(self.ctx)
+        self.ggml_cpu.ggml_threadpool_free(self.pool)
 
 
 def _enum(prefix, name):
@@ -129,6 +166,8 @@ class Session:
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise RuntimeError("llama_init_from_model failed")
+        poll = settings.get("poll")
+        self.threadpool = CpuThreadpool(self.ctx, threads, poll) if poll is not None else None
         self.load_s = time.perf_counter() - started
         self.n_ctx = n_ctx
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
@@ -203,6 +242,8 @@ class Session:
             llama_cpp.llama_batch_free(batch)
 
     def close(self):
+        if self.threadpool:
+            self.threadpool.free()
         llama_cpp.llama_free(self.ctx)
         if self.owns_model:
             llama_cpp.llama_model_free(self.model)
@@ -239,6 +280,8 @@ def bench(model_path, n_gpu_layers, threads, n_prompt, n_gen, repetitions, setti
             run(n_tokens if test == "pp" else 1, depth)  # warm-up, as llama-bench
             samples = [run(n_tokens, depth) for _ in range(repetitions)]
             measured[test] = {"n_tokens": n_tokens, "n_ctx": session.n_ctx, **summary(samples, n_tokens)}
+            result["threadpool"] = ({"threads": threads, "poll": session.threadpool.poll} if session.threadpool
+                                    else None)
             session.close()
         result["depths"][str(depth)] = measured
     first = result["depths"][str(depths[0])]
@@ -265,10 +308,15 @@ def main(argv):
     if mode == "probe":
         emit(probe())
     elif mode == "bench":
-        model, ngl, threads, n_prompt, n_gen, reps = argv[2], *map(int, argv[3:8])
+        model, layer_counts = argv[2], [int(n) for n in argv[3].split(",")]
+        threads, n_prompt, n_gen, reps = map(int, argv[4:8])
         settings = json.loads(argv[8]) if len(argv) > 8 else None
         depths = tuple(int(d) for d in argv[9].split(",")) if len(argv) > 9 else (0,)
-        emit(bench(model, ngl, threads, n_prompt, n_gen, reps, settings, depths))
+        if len(layer_counts) == 1:
+            emit(bench(model, layer_counts[0], threads, n_prompt, n_gen, reps, settings, depths))
+        else:
+            emit({"points": [bench(model, ngl, threads, n_prompt, n_gen, reps, settings, depths)
+                             for ngl in layer_counts]})
     elif mode == "logits":
         emit(logits(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), argv[6], argv[7] == "1"))
     else:

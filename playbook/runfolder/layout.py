@@ -14,6 +14,7 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     llama-bench-attempt-N.log  tune-attempt-N.json/.md
     verify-logs/attempt-N/: install.log probe.log symbols.log cuobjdump.log logits-cpu.log logits-gpu.log
                             bench-ngl-L.log server.log tune-ngl-L-NNN.log     each verify unit's children
+                            yardstick-pair-NN.log
     history/NNN-<step>[-attempt-N]/                                  earlier executions, moved aside
     report/                                                          derived HTML (playbook report)
 """
@@ -217,6 +218,10 @@ class Layout:
     def server_log(self, attempt: int) -> Path:
         """``python -m llama_cpp.server``'s output (the server extra's check)."""
         return self.verify_logs(attempt) / "server.log"
+
+    def yardstick_pair_log(self, attempt: int, pair: int) -> Path:
+        """The binding's child of one pair of the llama-bench yardstick (every layer count in one process)."""
+        return self.verify_logs(attempt) / f"yardstick-pair-{pair:02d}.log"
 
     def tune_trial_log(self, attempt: int, n_gpu_layers: int, trial: int) -> Path:
         """One verify.tune trial's child log, numbered in the order the search ran them."""

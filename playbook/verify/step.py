@@ -87,7 +87,7 @@ def bench_settings(params: Params) -> BenchSettings:
     threads = default_threads() if verify.threads == "auto" else int(verify.threads)
     return BenchSettings(threads=threads, n_batch=verify.n_batch, n_ubatch=verify.n_ubatch,
                          flash_attn=verify.flash_attn, type_k=verify.type_k, type_v=verify.type_v, offload_kqv=verify.offload_kqv,
-                         load_mode=verify.load_mode)
+                         load_mode=verify.load_mode, poll=None if verify.poll == "none" else int(verify.poll))
 
 
 def verify_outcome(result: VerifyResult) -> Outcome:

@@ -39,6 +39,12 @@ class SweepPoint:
     bench_pp_stdev: float | None = None
     bench_tg_stdev: float | None = None
     ratio_note: str = ""  # why a ratio lies outside FAIR_RATIO, from this run's own numbers
+    # With interleaved pairs (verify.yardstick_pairs): the ratios are the pairs' medians; these say how they spread.
+    pairs: int | None = None
+    pp_ratio_range: str = ""  # the lowest and highest pair's ratio
+    tg_ratio_range: str = ""
+    pp_spread_between_processes: str = ""  # (slowest - fastest) / median over the pairs, each side
+    tg_spread_between_processes: str = ""
     # The settings both the binding and llama-bench ran with (playbook.verify.settings.BenchSettings).
     threads: int | None = None
     n_batch: int | None = None
@@ -48,6 +54,7 @@ class SweepPoint:
     type_v: str = ""
     offload_kqv: bool | None = None
     load_mode: str = ""
+    poll: int | str | None = None  # the CPU thread pool's polling; "none": no pool attached
     env: str = ""
     pp_n_ctx: int | None = None
     tg_n_ctx: int | None = None
@@ -98,28 +105,57 @@ def write_sweep_csv(points: list[SweepPoint], path: Path) -> Path:
 
 def compare_with_yardsticks(points: list[SweepPoint], llama_bench: LlamaBench | None, tg_limit: float | None,
                             full_offload: int, settings: BenchSettings | None = None) -> None:
-    """Fill each point's llama-bench numbers, ratios (mean against mean), a note for every ratio outside
-    :data:`FAIR_RATIO`, and the share of the bandwidth limit ``tg_limit``."""
+    """Fill each point's llama-bench numbers, ratios, a note for every ratio outside :data:`FAIR_RATIO`, and the
+    share of the bandwidth limit ``tg_limit``. With interleaved pairs the ratio is their median; without, the
+    sweep's mean against llama-bench's one run."""
     for point in points:
         if llama_bench and llama_bench.ok:
             notes = []
             for test in ("pp", "tg"):
-                bench = llama_bench.point(test, point.n_gpu_layers)
-                ours = getattr(point, f"{test}_mean") or getattr(point, f"{test}_tokens_per_s")
-                if bench is None or not ours:
-                    continue
-                setattr(point, f"bench_{test}_tokens_per_s", bench.tokens_per_s)
-                setattr(point, f"bench_{test}_stdev", bench.stdev)
-                ratio = ours / bench.tokens_per_s
-                setattr(point, f"{test}_ratio", ratio)
-                if test == "tg":
-                    point.tg_overhead_ms_per_token = 1000 / ours - 1000 / bench.tokens_per_s
-                note = explain_ratio(test, ratio, ours, getattr(point, f"{test}_stdev"), bench.tokens_per_s,
-                                     bench.stdev, settings, llama_bench.settings)
+                note = (_compare_paired(point, test, llama_bench, settings) if llama_bench.pairs
+                        else _compare_once(point, test, llama_bench, settings))
                 notes += [note] if note else []
             point.ratio_note = "; ".join(notes)
         if tg_limit and point.n_gpu_layers >= full_offload and point.tg_tokens_per_s:
             point.tg_bandwidth_fraction = point.tg_tokens_per_s / tg_limit
+
+
+def _compare_once(point: SweepPoint, test: str, llama_bench: LlamaBench, settings: BenchSettings | None) -> str:
+    bench = llama_bench.point(test, point.n_gpu_layers)
+    ours = getattr(point, f"{test}_mean") or getattr(point, f"{test}_tokens_per_s")
+    if bench is None or not ours:
+        return ""
+    setattr(point, f"bench_{test}_tokens_per_s", bench.tokens_per_s)
+    setattr(point, f"bench_{test}_stdev", bench.stdev)
+    ratio = ours / bench.tokens_per_s
+    setattr(point, f"{test}_ratio", ratio)
+    if test == "tg":
+        point.tg_overhead_ms_per_token = 1000 / ours - 1000 / bench.tokens_per_s
+    return explain_ratio(test, ratio, ours, getattr(point, f"{test}_stdev"), bench.tokens_per_s, bench.stdev,
+                         settings, llama_bench.settings)
+
+
+def _compare_paired(point: SweepPoint, test: str, llama_bench: LlamaBench, settings: BenchSettings | None) -> str:
+    row = llama_bench.paired(test, point.n_gpu_layers)
+    if row is None or row.median_ratio is None:
+        return ""
+    import statistics
+
+    ratio, (low, high) = row.median_ratio, row.ratio_range or (0.0, 0.0)
+    bench_rate, ours = statistics.median(row.bench), statistics.median(row.binding)
+    setattr(point, f"bench_{test}_tokens_per_s", bench_rate)
+    setattr(point, f"{test}_ratio", ratio)
+    setattr(point, f"{test}_ratio_range", f"{low:.3f}-{high:.3f}")
+    setattr(point, f"{test}_spread_between_processes",
+            f"binding {_percent(row.binding_spread)}, llama-bench {_percent(row.bench_spread)}")
+    point.pairs = len(row.ratios)
+    if test == "tg":
+        point.tg_overhead_ms_per_token = 1000 / ours - 1000 / bench_rate
+    return explain_paired_ratio(test, ratio, low, high, len(row.ratios), settings, llama_bench.settings)
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
 
 
 def explain_ratio(test: str, ratio: float, ours: float, our_stdev: float | None, bench: float,
@@ -139,6 +175,24 @@ def explain_ratio(test: str, ratio: float, ours: float, our_stdev: float | None,
                 f"deviations of the repetitions); more repetitions narrow it")
     return (f"{test} {ratio:.3f}: identical settings, {abs(ratio - 1) - 2 * spread:.1%} beyond two standard deviations "
             "of the repetitions: not explained by this run's numbers")
+
+
+def explain_paired_ratio(test: str, ratio: float, low: float, high: float, pairs: int,
+                         ours_settings: BenchSettings | None, bench_settings: BenchSettings | None) -> str:
+    """Why the pairs' median ``ratio`` lies outside :data:`FAIR_RATIO`; "" inside it. A median outside the band
+    while single pairs fall on both sides of 1 is not a difference the pairs can show: it is named as such,
+    never as agreement. Every pair on one side, with identical settings, is not explained."""
+    fair_low, fair_high = FAIR_RATIO
+    if fair_low <= ratio <= fair_high:
+        return ""
+    if ours_settings and bench_settings and (changed := differences(ours_settings, bench_settings)):
+        listed = ", ".join(f"{name} {a} vs {b}" for name, (a, b) in changed.items())
+        return f"{test} {ratio:.3f}: the settings differed ({listed})"
+    if low <= 1.0 <= high:
+        return (f"{test} {ratio:.3f} (median of {pairs} pairs): single pairs range {low:.3f}-{high:.3f}, on both "
+                "sides of 1: the variation between processes is larger than the gap; more pairs narrow it")
+    return (f"{test} {ratio:.3f} (median of {pairs} pairs): every pair {low:.3f}-{high:.3f} on one side, identical "
+            "settings: not explained by this run's numbers")
 
 
 def gpu_bandwidth_gb_per_s(bus_width_bits: int | None, memory_clock_mhz: int | None) -> float | None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playbook.process import run_captured, run_streaming
 from playbook.steps.caches import ccache_env
 from playbook.verify.settings import BenchSettings
 
@@ -37,6 +39,68 @@ class BenchPoint:
 
 
 @dataclass
+class PairedRatio:
+    """One layer count and test measured by both sides over several interleaved pairs of processes."""
+
+    n_gpu_layers: int
+    test: str  # "pp" or "tg"
+    binding: list[float] = field(default_factory=list)
+    """The binding's mean tokens/s, one per pair, each from a process of its own."""
+    bench: list[float] = field(default_factory=list)
+    """llama-bench's avg_ts in the same pairs."""
+
+    @property
+    def ratios(self) -> list[float]:
+        return [ours / theirs for ours, theirs in zip(self.binding, self.bench, strict=True) if theirs]
+
+    @property
+    def median_ratio(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def ratio_range(self) -> tuple[float, float] | None:
+        return (min(self.ratios), max(self.ratios)) if self.ratios else None
+
+    @staticmethod
+    def spread(rates: list[float]) -> float | None:
+        """Between processes: (slowest - fastest) / median, the variation the repetitions of one process hide."""
+        return (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 and min(rates) > 0 else None
+
+    @property
+    def binding_spread(self) -> float | None:
+        return self.spread(self.binding)
+
+    @property
+    def bench_spread(self) -> float | None:
+        return self.spread(self.bench)
+
+
+# One side of a pair: every layer count in one process -> {(n_gpu_layers, test): tokens/s}.
+PairSide = Callable[[list[int]], dict[tuple[int, str], float]]
+
+
+def interleaved_pairs(layer_counts: list[int], pairs: int, binding: PairSide, bench: PairSide,
+                      log: Callable[[str], None] = print) -> list[PairedRatio]:
+    """``pairs`` rounds of one binding process and one llama-bench process over every layer count; the side that
+    goes first alternates, so drift (clocks, the page cache) falls on both."""
+    rows = {(ngl, test): PairedRatio(ngl, test) for ngl in layer_counts for test in ("pp", "tg")}
+    for number in range(pairs):
+        sides = [("binding", binding), ("llama-bench", bench)]
+        measured: dict[str, dict[tuple[int, str], float]] = {}
+        for name, side in sides if number % 2 == 0 else sides[::-1]:
+            started = time.monotonic()
+            measured[name] = side(layer_counts)
+            log(f"  pair {number + 1}/{pairs}: {name} over {len(layer_counts)} layer counts in "
+                f"{time.monotonic() - started:.0f} s")
+        for key, row in rows.items():
+            ours, theirs = measured["binding"].get(key), measured["llama-bench"].get(key)
+            if ours and theirs:
+                row.binding.append(ours)
+                row.bench.append(theirs)
+    return [row for row in rows.values() if row.ratios]
+
+
+@dataclass
 class LlamaBench:
     ok: bool
     binary: str = ""
@@ -47,6 +111,11 @@ class LlamaBench:
     error: str = ""
     settings: BenchSettings | None = None  # what llama-bench ran with (the binding's own, passed as arguments)
     command: list[str] = field(default_factory=list)
+    pairs: list[PairedRatio] = field(default_factory=list)
+    """The binding against llama-bench over interleaved pairs of processes (verify.yardstick_pairs)."""
+
+    def paired(self, test: str, n_gpu_layers: int) -> PairedRatio | None:
+        return next((p for p in self.pairs if p.test == test and p.n_gpu_layers == n_gpu_layers), None)
 
     def point(self, test: str, n_gpu_layers: int, depth: int = 0) -> BenchPoint | None:
         return next((p for p in self.points if p.test == test and p.n_gpu_layers == n_gpu_layers and p.depth == depth),
@@ -72,8 +141,11 @@ def build_llama_bench(tree: Path, cmake_args: list[str], env: dict[str, str], bu
         ):
             log.write(f"playbook: {' '.join(command)}\n")
             log.flush()
-            proc = subprocess.run(command, env=build_env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
-            if proc.returncode != 0:
+            remaining = max(1.0, timeout_s - (time.monotonic() - started))
+            outcome = run_streaming(command, log.write, env=build_env, timeout_s=remaining)
+            if outcome.timed_out:
+                log.write(f"playbook: stopped after {timeout_s:.0f} s with its compilers\n")
+            if outcome.returncode != 0 or outcome.timed_out:
                 return None, time.monotonic() - started
     binary = next(iter(sorted(build_dir.rglob("llama-bench"))), None)
     return binary, time.monotonic() - started
@@ -106,12 +178,11 @@ def run_llama_bench(binary: Path, model: Path, layer_counts: list[int], settings
     command = llama_bench_command(binary, model, layer_counts, settings, n_prompt, n_gen, repetitions, depths)
     env = {**os.environ, **dict(settings.env)}
     started = time.monotonic()
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return [], time.monotonic() - started, f"llama-bench gave no result within {timeout_s:.0f} s"
+    proc = run_captured(command, env=env, timeout_s=timeout_s)
     with log_file.open("a") as log:
         log.write(f"playbook: {' '.join(command)}\n{proc.stderr}\n{proc.stdout}\n")
+    if proc.returncode == -9:
+        return [], time.monotonic() - started, f"llama-bench gave no result within {timeout_s:.0f} s"
     if proc.returncode != 0:
         return [], time.monotonic() - started, f"llama-bench exited with {proc.returncode}"
     return parse_llama_bench_json(proc.stdout), time.monotonic() - started, ""
@@ -126,8 +197,11 @@ def measure_with_llama_bench(tree: Path, cmake_args: list[str], env: dict[str, s
     if binary is None:
         return LlamaBench(False, build_s=round(build_s, 1), log_file=log_file.name,
                           error="llama-bench did not build; see the log", settings=settings)
+    if not layer_counts:  # built only: the caller measures (interleaved with the binding)
+        return LlamaBench(True, str(binary), round(build_s, 1), 0.0, log_file.name,
+                          settings=settings.as_llama_bench_runs_it())
     points, run_s, error = run_llama_bench(binary, model, layer_counts, settings, n_prompt, n_gen, repetitions,
                                            log_file, timeout_s)
     command = llama_bench_command(binary, model, layer_counts, settings, n_prompt, n_gen, repetitions)
     return LlamaBench(not error, str(binary), round(build_s, 1), round(run_s, 1), log_file.name, points, error,
-                      settings, command)
+                      settings.as_llama_bench_runs_it(), command)

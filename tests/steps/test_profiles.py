@@ -26,7 +26,13 @@ def test_gpu_tune_plans_the_gpu_machine_s_build_and_tunes_the_7b():
     plan = configure(machine("gpu-machine-h200"), params)
     assert plan.backend == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=90" in plan.cmake_args
     assert (params.model.shape, params.model.quant) == ("7b", "Q4_0")
-    assert params.verify.tune and params.verify.llama_bench and params.verify.tune_depths == [0, 4096]
+    assert params.verify.tune and params.verify.tune_depths == [0, 4096] and params.verify.tune_budget_s == 300
+    assert not params.verify.llama_bench  # the 1B reference run is the one measured against llama-bench
+
+
+def test_gpu_reference_measures_against_llama_bench_in_interleaved_pairs():
+    verify = profile("gpu-reference").verify
+    assert verify.llama_bench and verify.yardstick_pairs == 5 and verify.poll == 50
 
 
 def test_cuda_portable_checks_every_architecture():

@@ -9,17 +9,14 @@ import subprocess
 
 import pytest
 
-import playbook.verify.step as step
-import playbook.verify.units.import_probe as import_probe
-import playbook.verify.units.machine_code as machine_code
-import playbook.verify.units.model_file as model_file
-import playbook.verify.units.offload_sweep as offload_sweep
 from playbook.knowledge.failures import finding_for
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
+from playbook.verify import step
 from playbook.verify.cuda_elf import CudaElf
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.step import VerifyRequest, VerifyTarget
+from playbook.verify.units import import_probe, machine_code, model_file, offload_sweep
 
 BENCH = {"pp": {"tokens_per_s_median": 100.0, "tokens_per_s_stdev": 1.0},
          "tg": {"tokens_per_s_median": 10.0, "tokens_per_s_stdev": 0.1}, "load_s": 0.1}

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from playbook.verify.launcher import ChildOutcome, install_wheel
-from playbook.verify.settings import BenchSettings, differences, llama_class_defaults
+from playbook.verify.settings import BenchSettings, differences, llama_class_defaults, threadpool_lines
 from playbook.verify.sweep import SweepPoint, compare_with_yardsticks, explain_ratio, sweep_point, write_sweep_csv
 from playbook.verify.yardsticks import LlamaBench, parse_llama_bench_json, run_llama_bench
 
@@ -47,7 +47,7 @@ def test_llama_bench_gets_every_setting(tmp_path):
     args = dict(zip(seen["argv"][::2], seen["argv"][1::2]))
     assert args == {"-m": str(tmp_path / "m.gguf"), "-ngl": "0,33", "-p": "512", "-n": "128", "-r": "3", "-t": "3",
                     "-b": "1024", "-ub": "256", "-fa": "on", "-ctk": "q8_0", "-ctv": "q8_0", "-nkvo": "1",
-                    "-lm": "none", "-d": "0,4096", "-o": "json"}
+                    "-lm": "none", "--poll": "50", "-d": "0,4096", "-o": "json"}
     assert seen["graphs"] == "1"  # the settings' environment reaches llama-bench as it reaches the child
     assert {(p.n_gpu_layers, p.test, p.depth) for p in points} >= {(33, "tg", 4096), (0, "pp", 0)}
 
@@ -86,10 +86,24 @@ def test_ratios_compare_means_and_explain_what_lies_outside_the_band():
 def test_llama_class_defaults_are_what_llama_uses():
     defaults = llama_class_defaults(8)
     assert differences(defaults, BenchSettings(8)) == {"n_batch": (512, 2048), "flash_attn": ("off", "auto"),
-                                                       "load_mode": ("mmap", "auto")}
+                                                       "load_mode": ("mmap", "auto"), "poll": (None, 50)}
     assert defaults.llama_kwargs(33)["flash_attn"] == "False"
     assert SETTINGS.llama_kwargs(33)["type_k"] == "llama_cpp.GGML_TYPE_Q8_0"
     assert BenchSettings.from_json(SETTINGS.to_json()) == SETTINGS
+
+
+def test_llama_bench_always_polls_so_no_pool_is_recorded_as_its_default():
+    unpooled = SETTINGS.replace(poll=None)
+    args = unpooled.llama_bench_args()
+    assert args[args.index("--poll") + 1] == "50"
+    assert unpooled.as_llama_bench_runs_it().poll == 50
+    assert differences(unpooled, unpooled.as_llama_bench_runs_it()) == {"poll": (None, 50)}
+    pooled = SETTINGS.replace(poll=0)
+    assert pooled.llama_bench_args()[-1] == "0" and pooled.csv_fields()["poll"] == 0
+    assert unpooled.csv_fields()["poll"] == "none"
+    assert threadpool_lines(unpooled) == []
+    lines = threadpool_lines(pooled)
+    assert "params = ThreadpoolParams(n_threads=3, poll=0)" in lines and lines[-1].endswith("(llm._ctx.ctx, pool, pool)")
 
 
 def test_the_child_runs_with_the_settings_it_is_given(tmp_path, cpu_wheel, tiny_f16_model):
@@ -109,3 +123,21 @@ def test_the_child_runs_with_the_settings_it_is_given(tmp_path, cpu_wheel, tiny_
     assert result["depths"]["0"]["tg"]["n_ctx"] == 8 and result["tg"] == result["depths"]["0"]["tg"]
     log = " ".join((tmp_path / "bench.log").read_text().split())
     assert "n_ubatch = 32" in log and "flash_attn = enabled" in log  # llama.cpp's own account of the context
+    assert result["threadpool"] == {"threads": 2, "poll": 50}  # llama-bench's pool, attached through llama.cpp's API
+
+
+def test_the_child_measures_every_layer_count_in_one_process_with_the_pool_it_is_given(tmp_path, cpu_wheel,
+                                                                                       tiny_f16_model):
+    """The yardstick's binding side: one process over several layer counts, as llama-bench runs them; no pool
+    (Llama()'s way) and a pool that never polls both run."""
+    from playbook.verify.units.offload_sweep import run_bench_child
+
+    site = tmp_path / "site"
+    assert install_wheel(cpu_wheel, site).returncode == 0
+    for poll, pool in ((None, None), (0, {"threads": 2, "poll": 0})):
+        settings = BenchSettings(threads=2, n_batch=64, n_ubatch=32, poll=poll)
+        outcome = run_bench_child(tiny_f16_model, [0, 1], settings, 16, 4, 1, site, tmp_path / "pair.log", 300)
+        assert outcome.status == "ok", outcome.error_tail
+        points = outcome.result["points"]
+        assert [p["n_gpu_layers"] for p in points] == [0, 1] and all(p["threadpool"] == pool for p in points)
+        assert all(p["tg"]["tokens_per_s_mean"] > 0 for p in points)

@@ -7,8 +7,10 @@ import json
 from playbook.verify.settings import BenchSettings, llama_class_defaults
 from playbook.verify.tune import (
     CUDA_GRAPHS_OFF,
+    Budget,
     TuneTrial,
     alternatives,
+    layers_within,
     offload_targets,
     report_markdown,
     search,
@@ -37,14 +39,54 @@ def synthetic_speed(settings: BenchSettings, ngl: int, label: str) -> TuneTrial:
 
 def test_the_search_keeps_what_is_faster():
     defaults = llama_class_defaults(8)
-    best, trials = search(defaults, 33, synthetic_speed, gpu=True, layers_on_cpu=False, cores=8)
+    best, trials, stopped = search(defaults, 33, synthetic_speed, gpu=True, layers_on_cpu=False, cores=8)
+    assert not stopped
     assert trials[0].label == "defaults (Llama())" and trials[0].score == 1.0
     assert best.flash_attn == "on" and best.n_ubatch == 1024 and best.n_batch == 2048
     assert best.env == () and best.threads == 8  # graphs stay on; threads are not searched at full offload
     assert best.type_k == "f16"  # q8_0 was tried (flash attention on by then) and gained nothing
     labels = [t.label for t in trials]
     assert "type_k=q8_0 type_v=q8_0" in labels and "CUDA graphs off" in labels
-    assert not any(label.startswith("threads=") for label in labels)
+    assert not any(label.startswith(("threads=", "thread pool")) for label in labels)
+
+
+class FakeClock:
+    """Seconds that pass only when a trial runs: each trial takes ``trial_s``."""
+
+    def __init__(self, trial_s: float):
+        self.now, self.trial_s = 0.0, trial_s
+
+    def __call__(self) -> float:
+        return self.now
+
+    def measure(self, settings, ngl, label):
+        self.now += self.trial_s
+        return synthetic_speed(settings, ngl, label)
+
+
+def test_the_time_budget_stops_the_search_in_time_to_measure_what_it_found():
+    clock = FakeClock(trial_s=10.0)
+    budget = Budget(200, clock)
+    best, trials, stopped = search(llama_class_defaults(8), 33, clock.measure, gpu=True, layers_on_cpu=True, cores=8,
+                                   budget=budget, deadline=budget.target_deadline(1))
+    # 200 s: the defaults' trial, then candidates while one more and the six trials after the search still fit
+    assert len(trials) == 14 and clock.now == 140.0  # and 6 trials x 10 s after it: 200 s
+    assert "verify.tune_budget_s (200 s) stopped the search after 14 trials" in stopped and "not tried:" in stopped
+    assert best.flash_attn == "on"  # the first dimension was tried
+    _, all_trials, not_stopped = search(llama_class_defaults(8), 33, FakeClock(10.0).measure, gpu=True,
+                                        layers_on_cpu=True, cores=8)
+    assert not not_stopped and len(all_trials) > len(trials)
+
+
+def test_the_tune_shares_its_budget_between_offloads_and_says_when_it_stopped():
+    clock = FakeClock(trial_s=10.0)
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, clock.measure, 2000,
+                  {0: 200.0, 13: 1600.0, 33: 4000.0}, log=lambda line: None, budget=Budget(300, clock))
+    assert [t.n_gpu_layers for t in result.targets] == [33, 15]  # 116 MiB per layer beyond 162 MiB
+    # 26 candidates and 8 side-by-side trials of 10 s would take 340 s: both searches stop, both gains measured
+    assert all(t.stopped for t in result.targets) and all(t.gains for t in result.targets)
+    assert clock.now <= 300
+    assert "The search did not finish: verify.tune_budget_s" in report_markdown(result)
 
 
 def test_what_is_tried_depends_on_the_machine():
@@ -55,14 +97,34 @@ def test_what_is_tried_depends_on_the_machine():
     assert alternatives("offload_kqv", fa_off, gpu=False, layers_on_cpu=True, cores=4) == []
     threads = [s.threads for _, s in alternatives("threads", fa_off, gpu=False, layers_on_cpu=True, cores=4)]
     assert threads == [2, 3]  # 4 is the current count
+    polls = [s.poll for _, s in alternatives("poll", llama_class_defaults(4), gpu=True, layers_on_cpu=True, cores=4)]
+    assert polls == [0, 50]  # Llama() attaches no pool (None); llama-bench's pool polls at 50
+    assert alternatives("poll", fa_off, gpu=True, layers_on_cpu=False, cores=4) == []  # nothing on the CPU
+
+
+def test_the_partial_offload_comes_from_memory_per_layer_not_from_the_sweeps_points():
+    # issue 23: a 3.8 GB, 33-layer model swept at 0 and 33 layers only; 3072 MiB fit about 20 layers
+    measured = {0: 300.0, 33: 4200.0}
+    fit = layers_within(3072, 32, measured)
+    assert fit is not None and fit.layers == 23 and round(fit.per_layer_mib) == 118
+    targets = offload_targets(32, True, 3072, measured)
+    assert targets[1][0] == 23 and "partial offload" in targets[1][1] and "118 MiB per layer" in targets[1][1]
+    # one measured point: the model's bytes per layer
+    one = layers_within(3072, 32, {0: 300.0}, model_bytes=3_800_000_000)
+    assert one is not None and one.layers == 25 and "size per layer" in one.source
+    # nothing fits: 0 layers is named a CPU tune, never a partial offload
+    (_, why) = offload_targets(32, True, 100, measured)[1]
+    assert why.startswith("not one layer fits") and "a CPU tune" in why
+    # everything fits: only full offload
+    assert offload_targets(32, True, 8000, measured) == [(33, "full offload")]
 
 
 def test_offload_levels_follow_the_memory_budget():
     measured = {0: 200.0, 7: 900.0, 13: 1600.0, 33: 4000.0}
     assert offload_targets(32, True, 0, measured) == [(33, "full offload")]
     targets = offload_targets(32, True, 2000, measured)
-    assert targets[0] == (33, "full offload") and targets[1][0] == 13 and "2000 MiB" in targets[1][1]
-    assert offload_targets(32, False, 2000, measured) == [(0, "no GPU offload: a CPU-only build")]
+    assert targets[0] == (33, "full offload") and targets[1][0] == 16 and "2000 MiB" in targets[1][1]
+    assert offload_targets(32, False, 2000, measured) == [(0, "no GPU offload: a CPU-only build, tuned on the CPU")]
 
 
 def test_side_by_side_measures_both_alternately():
@@ -87,7 +149,7 @@ def test_the_report_gives_kwargs_environment_gain_and_llama_bench():
 
     result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, synthetic_speed, 2000,
                   {13: 1600.0, 33: 4000.0}, bench, log=lambda line: None)
-    assert [t.n_gpu_layers for t in result.targets] == [33, 13]
+    assert [t.n_gpu_layers for t in result.targets] == [33, 16]
     full = result.targets[0]
     assert full.llama_kwargs["flash_attn"] == "True" and full.llama_kwargs["n_gpu_layers"] == "33"
     assert result.best_gain(4096) >= 1.10
@@ -96,7 +158,7 @@ def test_the_report_gives_kwargs_environment_gain_and_llama_bench():
     assert "flash_attn=True" in text and "Goal 1.10× at depth 4096 in pp or tg: met" in text
     assert "| 4096 | tg | 115.0 |" not in text  # defaults first: 100.0, tuned 115.0
     assert "| 4096 | tg | 100.0 | 115.0 | 1.150× | 90.0 | 108.0 | 1.200× |" in text
-    assert "## n_gpu_layers=13: the largest measured offload within verify.gpu_memory_budget" in text
+    assert "## n_gpu_layers=16: partial offload: the most layers within verify.gpu_memory_budget" in text
     assert "Environment: nothing to set." in text
 
 

@@ -81,15 +81,17 @@ def summary(sweep: Sweep, gpu_offload: bool, gpu_skipped: bool) -> str:
             f"prompt processing {best.pp_tokens_per_s:.1f} t/s there")
 
 
-def run_bench_child(model_path: Path, ngl: int, settings: BenchSettings, n_prompt: int, n_gen: int, repetitions: int,
-                    site_dir: Path, log_file: Path, timeout: float, python: str = sys.executable,
+def run_bench_child(model_path: Path, ngl: int | list[int], settings: BenchSettings, n_prompt: int, n_gen: int,
+                    repetitions: int, site_dir: Path, log_file: Path, timeout: float, python: str = sys.executable,
                     extra_env: dict[str, str] | None = None, depths: list[int] | None = None,
                     expected: tuple[str, ...] = ()) -> ChildOutcome:
     """One throughput measurement in a child: ``settings`` go to it as JSON, their variables into its environment.
+    A list of layer counts is measured in that one child, one after the other (its result's ``points``).
     ``expected``: finding ids that are no failure here (a GPU-less machine's 'no device')."""
-    args = ["bench", str(model_path), str(ngl), str(settings.threads), str(n_prompt), str(n_gen), str(repetitions),
-            settings.to_json(), ",".join(map(str, depths or [0]))]
-    expected = (("cpu-only-build",) if ngl == 0 else ()) + tuple(expected)
+    counts = ngl if isinstance(ngl, list) else [ngl]
+    args = ["bench", str(model_path), ",".join(map(str, counts)), str(settings.threads), str(n_prompt), str(n_gen),
+            str(repetitions), settings.to_json(), ",".join(map(str, depths or [0]))]
+    expected = (("cpu-only-build",) if 0 in counts else ()) + tuple(expected)
     return run_child(args, site_dir, log_file, timeout, python, expected=expected,
                      extra_env={**(extra_env or {}), **dict(settings.env)})
 

@@ -12,7 +12,7 @@ from playbook.verify.measurement import Measured, VerifyContext
 from playbook.verify.result import VerifyResult
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import default_threads
-from playbook.verify.tune import TuneResult, TuneTrial, report_markdown, trial_from_child, tune
+from playbook.verify.tune import Budget, TuneResult, TuneTrial, report_markdown, trial_from_child, tune
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.llama_bench import LLAMA_BENCH
 from playbook.verify.units.model_file import MODEL_FILE
@@ -43,7 +43,7 @@ class RuntimeTune:
                                       verify.repetitions, ctx.wheel.site_dir, log_file, ctx.timeout_s * len(depths),
                                       ctx.request.python, ctx.wheel.child_env, depths)
             trial = trial_from_child(label, ngl, candidate, outcome.status, outcome.result, log_file.name)
-            ctx.log(f"  {label}: {outcome.status} " + " ".join(
+            ctx.log(f"  trial {len(trial_logs)} {label}: {outcome.status} " + " ".join(
                 f"d{d} pp {r['pp']:.1f} tg {r['tg']:.1f}" for d, r in trial.rates.items()))
             return trial
 
@@ -64,7 +64,8 @@ class RuntimeTune:
         tuned = tune(str(model.path), model.n_layer, ctx.require(IMPORT_PROBE).gpu_offload, ctx.settings.threads,
                      default_threads(), depths, verify.prompt_tokens, verify.gen_tokens, verify.repetitions, measure,
                      verify.gpu_memory_budget, {p.n_gpu_layers: p.gpu_memory_mib for p in sweep.measured}, bench,
-                     ctx.log)
+                     ctx.log, int(model.description.get("file_size_bytes") or 0),
+                     Budget(verify.tune_budget_s, with_llama_bench=bench is not None))
         report = layout.tune_report(attempt)
         report.write_text(report_markdown(tuned), encoding="utf-8")
         tuned.report_file = report.name

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 23's reference runs on an offline GPU machine, in the playbook's checkout there, with the offline bundle in
+# .carry/bundle (python -m playbook bundle .carry/bundle --python 3.12 --exclude-present params/present/gpu-machine.txt),
+# or packed as .carry/bundle.tar.xz (tar -C .carry -cJf .carry/bundle.tar.xz bundle: a fifth of the transfer), unpacked here.
+# A command there may run 10 minutes, so the work is cut in steps that each fit, run back to back on one machine:
+#
+#   benchmarks/gpu_verify_reference.sh build      the 1B reference chain (params/gpu-reference.yaml) up to its
+#                                                 built wheel: the run is interrupted (Ctrl-C) as verify starts
+#   benchmarks/gpu_verify_reference.sh yardstick  playbook resume: verify with llama-bench in interleaved pairs
+#   benchmarks/gpu_verify_reference.sh tune       the 7B tune (params/gpu-tune.yaml), the wheel from the wheel cache
+#
+# Everything goes under $WORK (default outputs/gpu-reference: ignored by git, kept between commands on one machine):
+# cache/ (ccache, wheel cache, models), runs/ (the run folders), and results/<step>.log. PYTHON picks the interpreter.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+python="${PYTHON:-python3}"
+work="$(mkdir -p "${WORK:-outputs/gpu-reference}" && cd "${WORK:-outputs/gpu-reference}" && pwd)"
+bundle="$PWD/.carry/bundle"
+mkdir -p "$work/results" "$work/runs"
+exec > >(tee -a "$work/results/${1:-usage}.log") 2>&1
+log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+[ -f "$bundle/BUNDLE.json" ] || [ ! -f .carry/bundle.tar.xz ] || tar -C .carry -xJf .carry/bundle.tar.xz
+[ -f "$bundle/BUNDLE.json" ] || { log "no offline bundle in $bundle (see the top of $0)"; exit 2; }
+if [ ! -d "$bundle/site" ]; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$bundle/site" "$bundle"/wheels/*.whl \
+    || { log "installing the bundle's wheels failed"; exit 1; }
+fi
+export PYTHONPATH="$bundle/site:$PWD" PATH="$bundle/site/bin:$PATH"
+source_args=(--set source.kind=path --set "source.path=$bundle" --set "build.cache_dir=$work/cache")
+log "$(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+
+newest_run() { ls -d "$work"/runs/*/ 2>/dev/null | tail -1; }
+
+case "${1:-}" in
+  build)
+    "$python" -m playbook run --params params/gpu-reference.yaml "${source_args[@]}" --output "$work/runs" &
+    runner=$!
+    # Ctrl-C as soon as the build attempt has written its result: verify runs in the next command
+    until [ -n "$(newest_run)" ] && ls "$(newest_run)"/build-attempt-*.json > /dev/null 2>&1; do
+      kill -0 "$runner" 2> /dev/null || break
+      sleep 2
+    done
+    kill -INT "$runner" 2> /dev/null
+    wait "$runner"
+    log "built: $(newest_run) ($(ls "$(newest_run)"/wheelhouse/attempt-*/ 2>/dev/null | tr '\n' ' '))"
+    ;;
+  yardstick)
+    run="$(newest_run)"
+    [ -n "$run" ] || { log "no run folder under $work/runs: run '$0 build' first"; exit 2; }
+    "$python" -m playbook resume "$run"
+    log "resume: exit status $?"
+    ;;
+  tune)
+    "$python" -m playbook run --params params/gpu-tune.yaml "${source_args[@]}" --output "$work/runs"
+    log "tune: exit status $?"
+    ;;
+  *)
+    sed -n '2,14p' "$0"
+    exit 2
+    ;;
+esac
+for run in "$work"/runs/*/; do
+  "$python" -m playbook report "$run" > /dev/null 2>&1
+done

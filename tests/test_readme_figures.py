@@ -1,0 +1,651 @@
+"""Every measured figure in the READMEs, read from the archived file it comes from.
+
+A *figure* is a number followed by a unit (s, t/s, k, ×, %, MB, MiB, GB, GB/s, hits, remote hits, misses, steps,
+ninja steps) or a number with three or more decimals (ratios, relative errors), anywhere in README.md,
+benchmarks/README.md, outputs/reference/README.md and outputs/README.md, fenced blocks included. Other numbers (versions, core
+counts, layer counts, settings) are not figures.
+
+Each figure must be claimed, or `test_every_figure_in_a_readme_is_claimed` fails:
+* by a row of FIGURES: the README's words around it with `{}` where the figure goes, the reader that takes the
+  number from its file, and the format the README prints it with. The test formats the file's number and
+  looks for the whole phrase in the README, so a README figure that differs from its file in any digit fails
+  (whitespace and line breaks do not matter). To add a figure: one row.
+* or by a row of EXCERPTS: a stretch of the README (a fenced block, a table) that must equal text made from a
+  file (a results file's lines, a script's output, a table rebuilt from a report); every figure inside is claimed.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import inspect
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REF = ROOT / "outputs" / "reference"
+RESULTS = ROOT / "benchmarks" / "results"
+
+README = "README.md"
+BENCH = "benchmarks/README.md"
+RUNS = "outputs/reference/README.md"
+READMES = (README, BENCH, RUNS, "outputs/README.md")
+
+H100 = "build-speed-gpu-machine-h100.txt"
+CPU_VM = "build-speed-remote-cache-cpu-vm.txt"
+PYPI = "pypi-toolkit-cpu-vm.txt"
+
+GPU_1B = "20261122T010438Z-vm"  # H200, 1B-shaped Q8_0, 6 sweep points
+WRONG_ARCH = "20261122T011010Z-vm"  # 80-real, repaired to 90
+WITH_BENCH = "20261122T012240Z-vm"  # llama-bench beside the sweep
+GPU_7B = "20261122T031414Z-vm"  # 7B-shaped Q4_0
+MTMD = "20261122T040220Z-vm"  # built without libmtmd, repaired
+LAVAPIPE = "20261123T170144Z-vm"  # Vulkan on the CPU-only VM
+CUDA_PYPI = "20261123T170441Z-vm"  # CUDA from PyPI on the CPU-only VM
+CUDA = "20261123T174631Z-vm"  # CUDA beside Vulkan on one H200
+VULKAN = "20261123T175713Z-vm"
+TUNE = "20261123T180048Z-vm"
+
+
+# ---------------------------------------------------------------- reading the archived files
+
+
+@functools.cache
+def _text(path: Path) -> str:
+    return path.read_text()
+
+
+@functools.cache
+def _json(path: Path) -> dict:
+    return json.loads(_text(path))
+
+
+def _dig(data, dotted: str):
+    for key in dotted.split("."):
+        data = data[key]
+    return data
+
+
+def build(run: str, attempt: int, key: str) -> Callable[[], float]:
+    """A field of a run's build-attempt-N.json (dotted for nested: "ccache.misses")."""
+    return lambda: _dig(_json(REF / run / f"build-attempt-{attempt}.json"), key)
+
+
+def verify(run: str, attempt: int, key: str) -> Callable[[], float]:
+    """A field of a run's verify-attempt-N.json."""
+    return lambda: _dig(_json(REF / run / f"verify-attempt-{attempt}.json"), key)
+
+
+def step_s(run: str, step: str, attempt: int = 1) -> Callable[[], float]:
+    """How long a step ran, from run.json."""
+    def read() -> float:
+        steps = _json(REF / run / "run.json")["steps"]
+        return next(s["duration_s"] for s in steps if s["step"] == step and s["attempt"] == attempt)
+    return read
+
+
+@functools.cache
+def _rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(_text(path).splitlines()))
+
+
+def point(run: str, attempt: int, ngl: int, column: str) -> Callable[[], float]:
+    """One sweep point's column in throughput-attempt-N.csv."""
+    def read() -> float:
+        rows = _rows(REF / run / f"throughput-attempt-{attempt}.csv")
+        return float(next(r[column] for r in rows if int(r["n_gpu_layers"]) == ngl))
+    return read
+
+
+def ninja_total(path: Path) -> Callable[[], int]:
+    """N of the last `[n/N]` ninja printed in a build log."""
+    return lambda: int(re.findall(r"\[\d+/(\d+)\]", _text(path))[-1])
+
+
+def build_speed_rows(text: str) -> dict[str, tuple[float, float, str]]:
+    """build_speed.py's final table: case letter -> (wall seconds, ratio to (a), detail)."""
+    rows = {}
+    for match in re.finditer(r"^\((\w)\) .*?\s(\d+\.\d)\s+(\d\.\d{3})\s+yes[ \t]*(.*)$", text, re.MULTILINE):
+        rows[match.group(1)] = (float(match.group(2)), float(match.group(3)), match.group(4).strip())
+    return rows
+
+
+def case(name: str, letter: str, what: str = "seconds") -> Callable[[], float]:
+    """A build_speed.py case in benchmarks/results/NAME: its seconds, ratio, or a count from its detail
+    ("hits", "misses", "remote", "ninja steps")."""
+    def read() -> float:
+        seconds, ratio, detail = build_speed_rows(_text(RESULTS / name))[letter]
+        if what == "seconds":
+            return seconds
+        if what == "ratio":
+            return ratio
+        return int(re.search(rf"(\d+) {what}", detail).group(1))
+    return read
+
+
+def pypi_toolkit(pattern: str) -> Callable[[], float]:
+    """A number from benchmarks/results/pypi-toolkit-cpu-vm.txt (pypi_toolkit.py's output)."""
+    return lambda: float(re.search(pattern, _text(RESULTS / PYPI)).group(1))
+
+
+def overlay_ratios(column: str) -> dict[int, float]:
+    """Vulkan's speed over CUDA's per layer count, from cuda-vs-vulkan-h200/overlay.csv."""
+    rows = _rows(REF / "cuda-vs-vulkan-h200" / "overlay.csv")
+    by = {(r["backend"], int(r["n_gpu_layers"])): float(r[column]) for r in rows}
+    return {ngl: by["vulkan", ngl] / by["cuda", ngl] for (backend, ngl) in by if backend == "cuda"}
+
+
+def overlay(backend: str, ngl: int, column: str) -> Callable[[], float]:
+    def read() -> float:
+        rows = _rows(REF / "cuda-vs-vulkan-h200" / "overlay.csv")
+        return float(next(r[column] for r in rows if r["backend"] == backend and int(r["n_gpu_layers"]) == ngl))
+    return read
+
+
+def partial_offload(column: str) -> dict[int, float]:
+    """overlay_ratios at every layer count short of full offload."""
+    ratios = overlay_ratios(column)
+    return {ngl: ratio for ngl, ratio in ratios.items() if ngl < max(ratios)}
+
+
+def tune_gains() -> list[list[str]]:
+    """The side-by-side table of tune-attempt-1.md: depth, test, defaults, tuned, gain, bench defaults,
+    bench tuned, bench gain."""
+    table = _text(REF / TUNE / "tune-attempt-1.md").split("| depth | test |")[1].split("\n\n")[0]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+
+
+def tune_gain(depth: int, test: str, bench: bool = False) -> Callable[[], float]:
+    def read() -> float:
+        row = next(r for r in tune_gains() if r[0] == str(depth) and r[1] == test)
+        return float((row[7] if bench else row[4]).rstrip("×"))
+    return read
+
+
+def sweep_notes(run: str) -> list[tuple[str, int, float, str]]:
+    """Every ratio of a run's sweep outside playbook.verify.sweep.FAIR_RATIO with its note: (test, layers,
+    ratio, the note's sentence about it)."""
+    from playbook.verify.sweep import FAIR_RATIO
+
+    outside = []
+    for row in _rows(REF / run / "throughput-attempt-1.csv"):
+        notes = {part.split(" ", 1)[0]: part for part in row["ratio_note"].split("; ") if part}
+        for test in ("pp", "tg"):
+            ratio = float(row[f"{test}_ratio"])
+            if not FAIR_RATIO[0] <= ratio <= FAIR_RATIO[1]:
+                note = next(text for key, text in notes.items() if key == test and text.startswith(f"{test} "))
+                outside.append((test, int(row["n_gpu_layers"]), ratio, note))
+    return outside
+
+
+def _sweep_ratios(run: str, below_full: bool = False) -> list[float]:
+    rows = _rows(REF / run / "throughput-attempt-1.csv")
+    top = max(int(r["n_gpu_layers"]) for r in rows)
+    return [float(r[f"{t}_ratio"]) for r in rows for t in ("pp", "tg")
+            if not below_full or int(r["n_gpu_layers"]) < top]
+
+
+def _not_explained(run: str) -> list[tuple[str, int, float, str]]:
+    return [n for n in sweep_notes(run) if "not explained" in n[3]]
+
+
+def _within_spread(run: str) -> list[tuple[str, int, float, str]]:
+    return [n for n in sweep_notes(run) if "within the two measurements' spread" in n[3]]
+
+
+def _spreads(run: str) -> list[float]:
+    return [float(re.search(r"±(\d+\.\d)%", note).group(1)) for *_, note in _within_spread(run)]
+
+
+def not_explained_words(run: str) -> str:
+    """"one, generation at 0 layers (1.099)": how many ratios the run's notes leave unexplained, and which."""
+    named = [f"{'generation' if test == 'tg' else 'prompt processing'} at {ngl} layers ({ratio:.3f})"
+             for test, ngl, ratio, _ in _not_explained(run)]
+    return f"{_words(len(named))}, {_and(named)}"
+
+
+def fair_ratio(end: int) -> Callable[[], float]:
+    """playbook.verify.sweep.FAIR_RATIO: a ratio outside it gets a note."""
+    def read() -> float:
+        from playbook.verify.sweep import FAIR_RATIO
+
+        return FAIR_RATIO[end]
+    return read
+
+
+def build_speed_goal(letter: str) -> Callable[[], float]:
+    def read() -> float:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        try:
+            import build_speed
+        finally:
+            sys.path.pop(0)
+        return build_speed.GOALS[letter]
+    return read
+
+
+def tune_goal() -> float:
+    from playbook.verify.tune import report_markdown
+
+    return inspect.signature(report_markdown).parameters["goal_gain"].default
+
+
+def _words(n: int) -> str:
+    return ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"][n]
+
+
+def _and(items: list) -> str:
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def per_cent(read: Callable[[], float]) -> Callable[[], float]:
+    return lambda: 100 * read()
+
+
+def thousands(read: Callable[[], float]) -> Callable[[], float]:
+    return lambda: read() / 1000
+
+
+def mega(read: Callable[[], float]) -> Callable[[], float]:
+    return lambda: read() / 1e6
+
+
+def giga(read: Callable[[], float]) -> Callable[[], float]:
+    return lambda: read() / 1e9
+
+
+def _cpu_build_log() -> Path:
+    return ROOT / "tests" / "data" / "clean" / "cpu-build.txt"
+
+
+# ---------------------------------------------------------------- the claims
+
+
+@dataclass(frozen=True)
+class Figure:
+    readme: str
+    template: str  # the README's words, `{}` where the figure goes
+    read: Callable[[], object]
+    spec: str = ""  # format() spec the README prints the file's number with
+
+    def value(self) -> str:
+        return format(self.read(), self.spec)
+
+    def text(self) -> str:
+        return self.template.replace("{}", self.value())
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    readme: str
+    what: str  # says where the text comes from
+    text: Callable[[], str]
+
+
+def results_table(name: str, first_line: str) -> Callable[[], str]:
+    """A results file from its last line starting with `first_line` to its end."""
+    def read() -> str:
+        lines = _text(RESULTS / name).splitlines()
+        start = max(i for i, line in enumerate(lines) if line.startswith(first_line))
+        return "\n".join(lines[start:])
+    return read
+
+
+def throughput_table(run: str) -> Callable[[], str]:
+    """benchmarks/throughput_table.py's table for a run, from its column header on."""
+    def read() -> str:
+        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "throughput_table.py"), str(REF / run)],
+                             capture_output=True, text=True, check=True, timeout=120).stdout
+        return out[out.index("ngl"):]
+    return read
+
+
+def tune_table() -> str:
+    """benchmarks/README.md's tuning table, rebuilt from tune-attempt-1.md."""
+    return "\n".join(f"| {r[0]} | {r[1]}{512 if r[1] == 'pp' else 128} | {r[2]} | {r[3]} | {r[4]} | {r[7]} |"
+                     for r in tune_gains())
+
+
+F = Figure
+FIGURES = [
+    # README.md: Use it
+    F(README, "one cold CPU build took {} s on a 2-core VM", case(CPU_VM, "b"), ".1f"),
+    # README.md: The steps
+    F(README, "`-DLLAVA_BUILD=OFF`, {} instead of 193 ninja steps", case(CPU_VM, "b", "ninja steps")),
+    F(README, "140 instead of {} ninja steps for a CPU wheel", ninja_total(_cpu_build_log())),
+    F(README, "(on a GPU machine: {} instead of 339 ninja steps", ninja_total(REF / MTMD / "build-attempt-1.log")),
+    F(README, "286 instead of {} ninja steps for sm_90", ninja_total(REF / MTMD / "build-attempt-2.log")),
+    F(README, "the repair's rebuild with ccache warm took {} s", build(MTMD, 2, "duration_s"), ".0f"),
+    # README.md: Vulkan on a machine without a GPU
+    F(README, "pinned sdist took {} s on the shared 2-core VM", build(LAVAPIPE, 1, "duration_s"), ".0f"),
+    F(README, "on the shared 2-core VM ({} ninja steps", ninja_total(REF / LAVAPIPE / "build-attempt-1.log")),
+    F(README, "shader generation: {} compiles", build(LAVAPIPE, 1, "ccache.misses")),
+    F(README, "{} steps for a CPU wheel; other builds", case(CPU_VM, "b", "ninja steps")),
+    F(README, "the wheel is {} MB. Verify", mega(build(LAVAPIPE, 1, "wheel.size_bytes")), ".0f"),
+    F(README, "MB. Verify ({} s) found", step_s(LAVAPIPE, "verify"), ".0f"),
+    F(README, "CPU's (relative error {}, top-1 agreement", verify(LAVAPIPE, 1, "agreement.relative_error"), ".3f"),
+    F(README, "top-1 agreement {} %). Its speeds", per_cent(verify(LAVAPIPE, 1, "agreement.top1_agreement")), ".1f"),
+    F(README, "token generation {} t/s on the CPU backend", point(LAVAPIPE, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(README, "and {} t/s with every layer on lavapipe", point(LAVAPIPE, 1, 5, "tg_tokens_per_s"), ".1f"),
+    # README.md: CUDA against Vulkan on one GPU (overlay.csv)
+    F(README, "(CUDA, built in {} s)", build(CUDA, 1, "duration_s"), ".0f"),
+    F(README, "(Vulkan, built in {} s)", build(VULKAN, 1, "duration_s"), ".0f"),
+    F(README, "CUDA generates {} t/s and Vulkan", overlay("cuda", 17, "tg_tokens_per_s"), ".1f"),
+    F(README, "and Vulkan {} t/s (0.85×)", overlay("vulkan", 17, "tg_tokens_per_s"), ".1f"),
+    F(README, "Vulkan 749.9 t/s ({}×)", lambda: overlay_ratios("tg_tokens_per_s")[17], ".2f"),
+    F(README, "slightly faster, {}k t/s against", thousands(overlay("vulkan", 17, "pp_tokens_per_s")), ".1f"),
+    F(README, "t/s against {}k t/s (1.06×)", thousands(overlay("cuda", 17, "pp_tokens_per_s")), ".1f"),
+    F(README, "against 48.3k t/s ({}×)", lambda: overlay_ratios("pp_tokens_per_s")[17], ".2f"),
+    F(README, "on the CPU (0 to {} layers)", lambda: max(partial_offload("pp_tokens_per_s"))),
+    F(README, "Vulkan processes prompts faster at {}",
+      lambda: "every layer count" if min(partial_offload("pp_tokens_per_s").values()) > 1 else "some layer counts"),
+    F(README, "layer count ({}× to", lambda: min(partial_offload("pp_tokens_per_s").values()), ".2f"),
+    F(README, "× to {}× CUDA's speed)", lambda: max(partial_offload("pp_tokens_per_s").values()), ".2f"),
+    F(README, "in generation CUDA is ahead at {} layers",
+      lambda: _and([n for n, r in sorted(partial_offload("tg_tokens_per_s").items()) if r < 1])),
+    F(README, "layers (Vulkan {}×)", lambda: "× and ".join(
+        format(r, ".2f") for _, r in sorted(partial_offload("tg_tokens_per_s").items()) if r < 1)),
+    F(README, "and Vulkan at {} (",
+      lambda: _and([n for n, r in sorted(partial_offload("tg_tokens_per_s").items()) if r > 1])),
+    F(README, "and 14 ({}× to", lambda: min(r for r in partial_offload("tg_tokens_per_s").values() if r > 1), ".2f"),
+    F(README, "× to {}×).", lambda: max(r for r in partial_offload("tg_tokens_per_s").values() if r > 1), ".2f"),
+    # README.md: Measured on a GPU machine
+    F(README, "built the wheel in {} s, found GPU", build(GPU_1B, 1, "duration_s"), ".0f"),
+    F(README, "(relative error {} over 256 positions", verify(GPU_1B, 1, "agreement.relative_error"), ".3f"),
+    F(README, "rising from {} t/s with no layer", point(GPU_1B, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(README, "on the GPU to {} t/s with all 17", point(GPU_1B, 1, 17, "tg_tokens_per_s"), ".0f"),
+    F(README, "low-level API is {} t/s for token generation", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(README, "against llama-bench's {} (ratio", point(WITH_BENCH, 1, 17, "bench_tg_tokens_per_s"), ".1f"),
+    F(README, "llama-bench's 932.1 (ratio {}) and", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
+    F(README, "and {}k t/s for prompt processing", thousands(point(WITH_BENCH, 1, 17, "pp_tokens_per_s")), ".1f"),
+    F(README, "for prompt processing (ratio {});", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
+    F(README, "GPU ({} GB/s ÷", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
+    F(README, "GB/s ÷ {} GB) is", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
+    F(README, "GB) is {} t/s, so generation", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(README, "generation reaches {} % of it", per_cent(point(WITH_BENCH, 1, 17, "tg_bandwidth_fraction")), ".1f"),
+    F(README, "Q4_0 model ({} GB)", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
+    F(README, "token generation {} t/s with no layer on the GPU, 362.9", point(GPU_7B, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(README, "on the GPU, {} t/s with all 33", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
+    F(README, "with all 33 (llama-bench {},", point(GPU_7B, 1, 33, "bench_tg_tokens_per_s"), ".1f"),
+    F(README, "348.6, ratio {}; 28.6", point(GPU_7B, 1, 33, "tg_ratio"), ".3f"),
+    F(README, "1.041; {} % of the 1270", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
+    F(README, "% of the {} t/s bandwidth limit), logits", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(README, "logits relative error {} and top-1", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
+    F(README, "top-1 agreement {} % against the CPU", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
+    F(README, "libmtmd left out, {} ninja steps), measured", case(H100, "b", "ninja steps")),
+    F(README, "took {} s cold against 385.2 s for a plain", case(H100, "b"), ".1f"),
+    F(README, "cold against {} s for a plain `pip wheel` with the same", case(H100, "a"), ".1f"),
+    F(README, "`CMAKE_ARGS`, {} s after a one-flag change", case(H100, "c"), ".1f"),
+    F(README, "one-flag change (ccache: {} hits)", case(H100, "c", "hits")),
+    F(README, "hits) and {} s unchanged (wheel cache)", case(H100, "d"), ".1f"),
+    F(README, "from the wheel cache in {} s. Found there", build(WRONG_ARCH, 2, "duration_s"), ".1f"),
+    # README.md: A fleet (the shared compiler cache)
+    F(README, "second machine's cold CPU build took {} s", case(CPU_VM, "e"), ".1f"),
+    F(README, "CPU build took 49.1 s ({} remote hits, 10", case(CPU_VM, "e", "remote")),
+    F(README, "117 remote hits, {} misses) against", case(CPU_VM, "e", "misses")),
+    F(README, "10 misses) against {} s cold; on one GPU machine", case(CPU_VM, "b"), ".1f"),
+    F(README, "sm_90 build took {} s (271 remote hits", case(H100, "e"), ".1f"),
+    F(README, "sm_90 build took 37.6 s ({} remote hits, no misses)", case(H100, "e", "remote")),
+    F(README, "271 remote hits, {} misses) against 394.2",
+      lambda: "no" if case(H100, "e", "misses")() == 0 else case(H100, "e", "misses")()),
+    F(README, "no misses) against {} s cold and", case(H100, "b"), ".1f"),
+    F(README, "cold and {} s for a plain `pip wheel`, 0.098×", case(H100, "a"), ".1f"),
+    F(README, "for a plain `pip wheel`, {}× ([`benchmarks/README.md`]", case(H100, "e", "ratio"), ".3f"),
+
+    # benchmarks/README.md: Throughput
+    F(BENCH, "llama-bench (ratio {} for generation,", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
+    F(BENCH, "for generation, {} for prompt processing)", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
+    F(BENCH, "The limit is {} GB/s (NVML", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
+    F(BENCH, "bus width) ÷ {} GB of weights", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
+    F(BENCH, "GB of weights = {} t/s.", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(BENCH, "synthetic model ({} GB; the wheel", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
+    F(BENCH, "from the wheel cache in {} s, verify took", build(GPU_7B, 1, "duration_s"), ".1f"),
+    F(BENCH, "verify took {} s):", step_s(GPU_7B, "verify"), ".0f"),
+    F(BENCH, "Full offload: {} t/s generation", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
+    F(BENCH, "generation against llama-bench's {} (1.041)", point(GPU_7B, 1, 33, "bench_tg_tokens_per_s"), ".1f"),
+    F(BENCH, "llama-bench's 348.6 ({}), 28.6", point(GPU_7B, 1, 33, "tg_ratio"), ".3f"),
+    F(BENCH, "(1.041), {} % of the", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
+    F(BENCH, "% of the {} t/s bandwidth limit. GPU", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(BENCH, "logits: relative error {} (Q4_0", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
+    F(BENCH, "(Q4_0 allows {}), top-1", verify(GPU_7B, 1, "agreement.max_relative_error"), ".2f"),
+    F(BENCH, "top-1 agreement {} %, the GPU's", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
+    F(BENCH, "CPU's top 5 at {} % of the 256", per_cent(verify(GPU_7B, 1, "agreement.top1_in_cpu_top5")), ".1f"),
+    F(BENCH, "explain the {}–1.12 ratios at partial offload", lambda: min(_sweep_ratios(GPU_7B, True)), ".2f"),
+    F(BENCH, "explain the 0.91–{} ratios at partial offload", lambda: max(_sweep_ratios(GPU_7B, True)), ".2f"),
+    # benchmarks/README.md: Runtime tuning (tune-attempt-1.md, throughput-attempt-1.csv)
+    F(BENCH, "The goal, {}× at depth 4096", tune_goal, ".2f"),
+    F(BENCH, "is met in both ({}× prompt processing", tune_gain(4096, "pp"), ".3f"),
+    F(BENCH, "prompt processing, {}× generation)", tune_gain(4096, "tg"), ".3f"),
+    F(BENCH, "`ratio_note` column) gives ratios {}–", lambda: min(_sweep_ratios(TUNE)), ".2f"),
+    F(BENCH, "gives ratios 0.94–{}. Five", lambda: max(_sweep_ratios(TUNE)), ".2f"),
+    F(BENCH, "{} are outside 0.97–1.03", lambda: _words(len(sweep_notes(TUNE))).capitalize()),
+    F(BENCH, "are outside {}–1.03", fair_ratio(0), ".2f"),
+    F(BENCH, "are outside 0.97–{}:", fair_ratio(1), ".2f"),
+    F(BENCH, "0.97–1.03: {} are noted as within the spread", lambda: _words(len(_within_spread(TUNE)))),
+    F(BENCH, "(±{} % to ±63 % at two standard deviations)", lambda: min(_spreads(TUNE)), ".0f"),
+    F(BENCH, "(±7 % to ±{} % at two standard deviations)", lambda: max(_spreads(TUNE)), ".0f"),
+    F(BENCH, "and {}, as not explained by this run's numbers", lambda: not_explained_words(TUNE)),
+    F(BENCH, "(identical settings, {} % beyond two standard deviations)",
+      lambda: float(re.search(r"(\d+\.\d)% beyond", _not_explained(TUNE)[0][3]).group(1)), ".1f"),
+    # benchmarks/README.md: Build speed
+    F(BENCH, "PyPI wheels: {} ninja steps in 4305 s", ninja_total(REF / CUDA_PYPI / "build-attempt-2.log")),
+    F(BENCH, "286 ninja steps in {} s while other builds", build(CUDA_PYPI, 2, "duration_s"), ".0f"),
+    F(BENCH, "`20261122T010438Z-vm` | cold, {} ninja steps", ninja_total(REF / GPU_1B / "build-attempt-1.log")),
+    F(BENCH, "(libmtmd built) | {} s | 322", build(GPU_1B, 1, "duration_s"), ".0f"),
+    F(BENCH, "(libmtmd built) | 271 s | {} misses", build(GPU_1B, 1, "ccache.misses")),
+    F(BENCH, "of the same kind | {} s |", build(WITH_BENCH, 1, "duration_s"), ".0f"),
+    F(BENCH, "of the same kind | 265 s | {} misses", build(WITH_BENCH, 1, "ccache.misses")),
+    F(BENCH, "after an sm_90 build | {} s |", build(WRONG_ARCH, 1, "duration_s"), ".0f"),
+    F(BENCH, "after an sm_90 build | 241 s | {} hits", build(WRONG_ARCH, 1, "ccache.hits")),
+    F(BENCH, "| 241 s | 178 hits, {} misses (the CUDA objects)", build(WRONG_ARCH, 1, "ccache.misses")),
+    F(BENCH, "retry with the sm_90 fingerprint | {} s | wheel cache", build(WRONG_ARCH, 2, "duration_s"), ".1f"),
+    F(BENCH, "llama-bench from the same tree | {} s | warm", verify(WITH_BENCH, 1, "llama_bench.build_s"), ".0f"),
+    F(BENCH, "`20261122T040220Z-vm` | cold, {} ninja steps", ninja_total(REF / MTMD / "build-attempt-1.log")),
+    F(BENCH, "(libmtmd left out) | {} s |", build(MTMD, 1, "duration_s"), ".0f"),
+    F(BENCH, "(libmtmd left out) | 204 s | {} misses", build(MTMD, 1, "ccache.misses")),
+    F(BENCH, "`20261123T174631Z-vm` | cold, {} ninja steps", ninja_total(REF / CUDA / "build-attempt-1.log")),
+    F(BENCH, "`20261123T174631Z-vm` | cold, 286 ninja steps | {} s", build(CUDA, 1, "duration_s"), ".0f"),
+    F(BENCH, "286 ninja steps | 240 s | {} misses", build(CUDA, 1, "ccache.misses")),
+    F(BENCH, "first command's (a), {} s, given", case(H100, "a"), ".1f"),
+    F(BENCH, "Goals: (c) ≤ {}×", build_speed_goal("c"), ".2f"),
+    F(BENCH, "(d) ≤ {}× and (e) ≤ 0.15× are met", build_speed_goal("d"), ".2f"),
+    F(BENCH, "and (e) ≤ {}× are met", build_speed_goal("e"), ".2f"),
+    F(BENCH, "(b) ≤ {}× is not", build_speed_goal("b"), ".1f"),
+    F(BENCH, "the cold build took {}× the plain", case(H100, "b", "ratio"), ".3f"),
+    F(BENCH, "`pip wheel`, {} s more.", lambda: case(H100, "b")() - case(H100, "a")(), ".1f"),
+    F(BENCH, "stored {} objects locally and in Redis", case(H100, "b", "misses")),
+    F(BENCH, "explains the {} s is not known", lambda: case(H100, "b")() - case(H100, "a")(), ".1f"),
+    F(BENCH, "in the same command, (e) took {} / 394.2", case(H100, "e"), ".1f"),
+    F(BENCH, "(e) took 37.6 / {} =", case(H100, "b"), ".1f"),
+    F(BENCH, "37.6 / 394.2 = {}×", lambda: case(H100, "e")() / case(H100, "b")(), ".3f"),
+    F(BENCH, "(the same {} steps cold", case(H100, "b", "ninja steps")),
+    F(BENCH, "286 steps cold: {} s against", case(H100, "b"), ".1f"),
+    F(BENCH, "s against {} s and 240 s)", build(MTMD, 1, "duration_s"), ".0f"),
+    F(BENCH, "s against 204 s and {} s)", build(CUDA, 1, "duration_s"), ".0f"),
+    F(BENCH, "in the same run, (e) took {} / 912.0", case(CPU_VM, "e"), ".1f"),
+    F(BENCH, "(e) took 49.1 / {} =", case(CPU_VM, "b"), ".1f"),
+    F(BENCH, "49.1 / 912.0 = {}×", lambda: case(CPU_VM, "e")() / case(CPU_VM, "b")(), ".3f"),
+    F(BENCH, "the goal, (e) ≤ {}×, holds against either", build_speed_goal("e"), ".2f"),
+    F(BENCH, "The {} misses are the ten unity-build sources", case(CPU_VM, "e", "misses")),
+    # benchmarks/README.md: CUDA from PyPI
+    F(BENCH, "cuBLAS), {} MB downloaded", pypi_toolkit(r"(\d+) MB downloaded"), ".0f"),
+    F(BENCH, "an {} MB root", pypi_toolkit(r"root (\d+) MB"), ".0f"),
+    F(BENCH, "root; {} s into an empty cache", pypi_toolkit(r"empty cache: (\d+\.\d) s"), ".1f"),
+    F(BENCH, "empty cache, {} s the second time", pypi_toolkit(r"second run: +(\d+\.\d+) s"), ".2f"),
+
+    # outputs/reference/README.md
+    F(RUNS, "(`wheelhouse/`, {} MB;", mega(build(GPU_1B, 1, "wheel.size_bytes")), ".0f"),
+    F(RUNS, "-DCMAKE_CUDA_ARCHITECTURES=90`; built in {} s (339", build(GPU_1B, 1, "duration_s"), ".0f"),
+    F(RUNS, "built in 271 s ({} ninja steps, ccache cold", ninja_total(REF / GPU_1B / "build-attempt-1.log")),
+    F(RUNS, "ccache cold: {} misses); verify", build(GPU_1B, 1, "ccache.misses")),
+    F(RUNS, "256 positions, relative error {}, top-1 agreement 85", verify(GPU_1B, 1, "agreement.relative_error"),
+      ".3f"),
+    F(RUNS, "top-1 agreement {} % (the GPU's top-1", per_cent(verify(GPU_1B, 1, "agreement.top1_agreement")), ".0f"),
+    F(RUNS, "token generation {} t/s with no layer on the GPU → 940", point(GPU_1B, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "on the GPU → {} t/s with all 17", point(GPU_1B, 1, 17, "tg_tokens_per_s"), ".0f"),
+    F(RUNS, "(512 tokens) {}k → 48.7k t/s", thousands(point(GPU_1B, 1, 0, "pp_tokens_per_s")), ".1f"),
+    F(RUNS, "(512 tokens) 3.7k → {}k t/s", thousands(point(GPU_1B, 1, 17, "pp_tokens_per_s")), ".1f"),
+    F(RUNS, "built for sm_80 only ({} s;", build(WRONG_ARCH, 1, "duration_s"), ".0f"),
+    F(RUNS, "only (241 s; ccache {} hits", build(WRONG_ARCH, 1, "ccache.hits")),
+    F(RUNS, "ccache 178 hits, {} misses); verify found", build(WRONG_ARCH, 1, "ccache.misses")),
+    F(RUNS, "reused its wheel from the wheel cache in {} s; verify passed", build(WRONG_ARCH, 2, "duration_s"), ".1f"),
+    F(RUNS, "the same build (cold machine: {} s)", build(WITH_BENCH, 1, "duration_s"), ".0f"),
+    F(RUNS, "CMake arguments ({} s, ccache warm", verify(WITH_BENCH, 1, "llama_bench.build_s"), ".0f"),
+    F(RUNS, "token generation {} / 932.1 t/s", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "933.4 / {} t/s = 1.001", point(WITH_BENCH, 1, 17, "bench_tg_tokens_per_s"), ".1f"),
+    F(RUNS, "932.1 t/s = {}, prompt", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
+    F(RUNS, "prompt processing {} / 47711 t/s", point(WITH_BENCH, 1, 17, "pp_tokens_per_s"), ".0f"),
+    F(RUNS, "47702 / {} t/s = 1.000", point(WITH_BENCH, 1, 17, "bench_pp_tokens_per_s"), ".0f"),
+    F(RUNS, "47711 t/s = {}; at 0 layers", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
+    F(RUNS, "at 0 layers {} (tg)", point(WITH_BENCH, 1, 0, "tg_ratio"), ".3f"),
+    F(RUNS, "bus width give {} GB/s", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
+    F(RUNS, "cannot exceed {} t/s for this", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(RUNS, "for this {} GB model", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
+    F(RUNS, "GB model; {} t/s is 22.8", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".0f"),
+    F(RUNS, "t/s is {} % of that limit", per_cent(point(WITH_BENCH, 1, 17, "tg_bandwidth_fraction")), ".1f"),
+    F(RUNS, "the wheel came from the wheel cache ({} s)", build(GPU_7B, 1, "duration_s"), ".1f"),
+    F(RUNS, "(0.6 s); verify {} s on the", step_s(GPU_7B, "verify"), ".0f"),
+    F(RUNS, "verify 224 s on the {} GB model", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
+    F(RUNS, "model: token generation {} t/s with no layer", point(GPU_7B, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "on the GPU → {} t/s with all 33", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "(llama-bench {} → 348.6", point(GPU_7B, 1, 0, "bench_tg_tokens_per_s"), ".1f"),
+    F(RUNS, "(llama-bench 15.2 → {}, ratio", point(GPU_7B, 1, 33, "bench_tg_tokens_per_s"), ".1f"),
+    F(RUNS, "348.6, ratio {} at full offload", point(GPU_7B, 1, 33, "tg_ratio"), ".3f"),
+    F(RUNS, "prompt processing {} → 11.9k t/s", point(GPU_7B, 1, 0, "pp_tokens_per_s"), ".0f"),
+    F(RUNS, "prompt processing 740 → {}k t/s", thousands(point(GPU_7B, 1, 33, "pp_tokens_per_s")), ".1f"),
+    F(RUNS, "k t/s; {} % of the 1270", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
+    F(RUNS, "% of the {} t/s bandwidth limit; GPU", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(RUNS, "GPU vs CPU logits relative error {}, top-1", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %, top-1 in", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
+    F(RUNS, "CPU's top 5 at {} % of positions", per_cent(verify(GPU_7B, 1, "agreement.top1_in_cpu_top5")), ".1f"),
+    F(RUNS, "positions; {} MiB of GPU memory", point(GPU_7B, 1, 33, "gpu_memory_mib"), ".0f"),
+    F(RUNS, "built without libmtmd in {} s cold", build(MTMD, 1, "duration_s"), ".0f"),
+    F(RUNS, "s cold ({} ninja steps); verify", ninja_total(REF / MTMD / "build-attempt-1.log")),
+    F(RUNS, "attempt 2 rebuilt in {} s (339", build(MTMD, 2, "duration_s"), ".1f"),
+    F(RUNS, "rebuilt in 37.4 s ({} steps: ccache", ninja_total(REF / MTMD / "build-attempt-2.log")),
+    F(RUNS, "steps: ccache {} hits, 51 misses", build(MTMD, 2, "ccache.hits")),
+    F(RUNS, "ccache 271 hits, {} misses, the libmtmd objects", build(MTMD, 2, "ccache.misses")),
+    F(RUNS, "agree with the CPU's, {} t/s token generation", point(MTMD, 2, 5, "tg_tokens_per_s"), ".0f"),
+    F(RUNS, "built cold in {} s (465 ninja steps", build(LAVAPIPE, 1, "duration_s"), ".0f"),
+    F(RUNS, "built cold in 2502 s ({} ninja steps", ninja_total(REF / LAVAPIPE / "build-attempt-1.log")),
+    F(RUNS, "465 ninja steps, ccache {} hits / 285", build(LAVAPIPE, 1, "ccache.hits")),
+    F(RUNS, "ccache 0 hits / {} misses, while", build(LAVAPIPE, 1, "ccache.misses")),
+    F(RUNS, "builds ran); verify {} s on lavapipe", step_s(LAVAPIPE, "verify"), ".0f"),
+    F(RUNS, "on lavapipe: logits relative error {}, top-1", verify(LAVAPIPE, 1, "agreement.relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %; token generation", per_cent(verify(LAVAPIPE, 1, "agreement.top1_agreement")),
+      ".1f"),
+    F(RUNS, "token generation {} t/s with no layer on the device", point(LAVAPIPE, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "on the device → {} t/s with all 5", point(LAVAPIPE, 1, 5, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "attempt 2 compiled all {} ninja steps", ninja_total(REF / CUDA_PYPI / "build-attempt-2.log")),
+    F(RUNS, "all 286 ninja steps in {} s (a busy machine)", build(CUDA_PYPI, 2, "duration_s"), ".0f"),
+    F(RUNS, "on the CPU (tg {} t/s, tiny model)", point(CUDA_PYPI, 2, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "from the offline bundle | built in {} s; tg", build(CUDA, 1, "duration_s"), ".0f"),
+    F(RUNS, "built in 240 s; tg {} t/s and pp", point(CUDA, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "tg 877.9 t/s and pp {}k t/s", thousands(point(CUDA, 1, 17, "pp_tokens_per_s")), ".1f"),
+    F(RUNS, "Vulkan driver) | built in {} s; tg", build(VULKAN, 1, "duration_s"), ".0f"),
+    F(RUNS, "built in 113 s; tg {} t/s and pp", point(VULKAN, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "tg 749.9 t/s and pp {}k t/s", thousands(point(VULKAN, 1, 17, "pp_tokens_per_s")), ".1f"),
+    F(RUNS, "`n_batch=2048`: {}× prompt processing", tune_gain(4096, "pp"), ".2f"),
+    F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
+]
+
+EXCERPTS = [
+    Excerpt(BENCH, f"benchmarks/throughput_table.py outputs/reference/{WITH_BENCH}", throughput_table(WITH_BENCH)),
+    Excerpt(BENCH, f"benchmarks/throughput_table.py outputs/reference/{GPU_7B}", throughput_table(GPU_7B)),
+    Excerpt(BENCH, f"outputs/reference/{TUNE}/tune-attempt-1.md, the side-by-side table", tune_table),
+    Excerpt(BENCH, f"benchmarks/results/{H100}, its final table", results_table(H100, "Intel(R)")),
+    Excerpt(BENCH, f"benchmarks/results/{CPU_VM}, its table", results_table(CPU_VM, "AMD EPYC")),
+]
+
+
+# ---------------------------------------------------------------- the tests
+
+UNIT = r"(?:k\b|k? ?t/s|×| ?%| ?(?:MiB|MB|GB/s|GB)\b| s\b| hits\b| remote hits\b| misses\b| steps\b| ninja steps\b)"
+FIGURE = re.compile(r"(?<![\w.])(?:\d+(?:\.\d+)?(?=" + UNIT + r")|\d+\.\d{3,}(?![\d.]))")
+
+
+def normalized(text: str) -> str:
+    """Whitespace and line breaks collapsed: a phrase matches wherever the README wraps it."""
+    return " ".join(text.split())
+
+
+@functools.cache
+def readme_text(name: str) -> str:
+    return normalized((ROOT / name).read_text())
+
+
+def claimed_spans(name: str) -> list[tuple[int, int]]:
+    text = readme_text(name)
+    spans = []
+    for figure in FIGURES:
+        if figure.readme != name:
+            continue
+        before = normalized(figure.template.split("{}")[0] + "|")[:-1]  # keeps a space before the figure
+        value = normalized(figure.value())
+        for match in re.finditer(re.escape(normalized(figure.text())), text):
+            start = match.start() + len(before)
+            assert text[start:start + len(value)] == value, figure.template
+            spans.append((start, start + len(value)))
+    for excerpt in EXCERPTS:
+        if excerpt.readme == name:
+            expected = normalized(excerpt.text())
+            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(expected), text)]
+    return spans
+
+
+@pytest.mark.parametrize("figure", FIGURES, ids=lambda f: f"{f.readme}: {f.template}")
+def test_a_figure_matches_its_file(figure: Figure):
+    assert normalized(figure.text()) in readme_text(figure.readme), (
+        f"{figure.readme} should read {figure.text()!r} (the number from its file)")
+
+
+@pytest.mark.parametrize("excerpt", EXCERPTS, ids=lambda e: f"{e.readme}: {e.what}")
+def test_an_excerpt_matches_its_file(excerpt: Excerpt):
+    assert normalized(excerpt.text()) in readme_text(excerpt.readme), (
+        f"{excerpt.readme} should quote, from {excerpt.what}:\n{excerpt.text()}")
+
+
+@pytest.mark.parametrize("name", READMES)
+def test_every_figure_in_a_readme_is_claimed(name: str):
+    text = readme_text(name)
+    spans = claimed_spans(name)
+    unclaimed = [f"{m.group()!r} in '…{text[max(0, m.start() - 50):m.end() + 20]}…'"
+                 for m in FIGURE.finditer(text)
+                 if not any(start <= m.start() and m.end() <= end for start, end in spans)]
+    assert not unclaimed, (f"{len(unclaimed)} figure(s) in {name} that no row of FIGURES or EXCERPTS in "
+                           f"tests/test_readme_figures.py reads from a file:\n" + "\n".join(unclaimed))
+
+
+def test_the_scanner_finds_the_figures_it_is_meant_to():
+    text = ("took 394.2 s cold, 0.098× a plain build, 51.4k t/s, 22.8 % of 4814 GB/s, 271 hits, 10 misses, "
+            "(ratio 1.001); CUDA 13.0, Python 3.12, 2 cores, sm_90, 0.3.36, 17 layers, 1.3.272")
+    found = [m.group() for m in FIGURE.finditer(text)]
+    assert found == ["394.2", "0.098", "51.4", "22.8", "4814", "271", "10", "1.001"]
+
+
+def test_a_changed_figure_is_caught():
+    """The comparison is exact in every printed digit, both ways: a README that says 0.108× where the file
+    gives 0.098 fails, and so would 3.0."""
+    figure = next(f for f in FIGURES if f.template.startswith("for a plain `pip wheel`, {}×"))
+    assert figure.value() == "0.098"
+    for wrong in ("0.108", "3.000", "0.097"):
+        assert figure.template.replace("{}", wrong) not in readme_text(README)
+
+
+@pytest.mark.parametrize("name", [H100, CPU_VM])
+def test_a_build_speed_result_is_consistent_in_itself(name: str):
+    """Every case of an archived build_speed.py table: its ratio is its seconds over (a)'s, to the printed
+    digit, and (e) ran against the remote cache."""
+    rows = build_speed_rows((RESULTS / name).read_text())
+    assert set(rows) == {"a", "b", "c", "d", "e"}, name
+    for letter, (seconds, ratio, _) in rows.items():
+        assert format(seconds / rows["a"][0], ".3f") == format(ratio, ".3f"), (name, letter)
+    assert "remote" in rows["e"][2]
