@@ -68,6 +68,16 @@ def translated_literals() -> tuple[str, ...]:
     return tuple(sorted({literal for row in translations() for literal in required_literals(row.local.pattern)}))
 
 
+def _holds_translation(raw: bytes) -> bool:
+    lowered = raw.lower()
+    return any(literal in lowered for literal in _translated_needles())
+
+
+@lru_cache(maxsize=1)
+def _translated_needles() -> tuple[bytes, ...]:
+    return tuple(literal.encode("utf-8") for literal in translated_literals())
+
+
 def read_log(path: Path) -> LogText:
     """The file at ``path`` as a :class:`LogText` (a :class:`PlaybookError` when it cannot be read)."""
     try:
@@ -122,7 +132,7 @@ class LogText:
             raw = self.lines[number - 1]
             line = self._normalised.get(raw)
             if line is None:
-                translate = number in self._translated_set
+                translate = bool(len(self._translated_lines)) and _holds_translation(raw)
                 line = self._normalised[raw] = match_line(raw.decode("utf-8", "replace"), translate)
             self._matched[number] = line
         return line
@@ -176,14 +186,6 @@ class LogText:
             lines = np.sort(self._first_numbers[distinct])
             self._lines_with[literal] = lines
         return lines
-
-    @cached_property
-    def _translated_set(self) -> set[int]:
-        """The lines of every kind (not only the first) that hold a translated message."""
-        if not len(self._translated_lines):
-            return set()
-        literals = [literal.encode("utf-8") for literal in translated_literals()]
-        return {n for n, line in enumerate(self.lines, start=1) if any(literal in line.lower() for literal in literals)}
 
     @cached_property
     def _translated_lines(self) -> np.ndarray:
