@@ -207,7 +207,7 @@ def examples_from(repo: Path) -> list[Example]:
         text = path.read_text(encoding="utf-8")
         first, _, body = text.partition("\n")
         source = _public(first.removeprefix("# source:").strip())
-        examples.append(_example(body, (path.parent.name,), source, thread_key(source)))
+        examples.append(_example(body, (path.parent.name,), source, _public(thread_key(source))))
     for log in read_corpus(repo / "tests" / "data" / "corpus", "train"):
         if log.expected:
             examples.append(_example(log.text, log.expected, log.source, thread_key(log.source)))
@@ -215,11 +215,14 @@ def examples_from(repo: Path) -> list[Example]:
 
 
 def _public(source: str) -> str:
-    """A source as the shipped index may show it: an address as it is, a local file by its name only."""
-    if source.startswith(("http://", "https://")) or not source.startswith("/"):
+    """A source as the shipped index may show it: an address as it is; in any other source (a file, a
+    command run on a machine) every path shortened to its last part."""
+    if source.startswith(("http://", "https://")):
         return source
-    path, _, rest = source.partition(" ")
-    return f"{Path(path).name} {rest}".strip()
+    return LOCAL_FOLDERS.sub("", source)
+
+
+LOCAL_FOLDERS = re.compile(r"(?<![\w.:/-])(?:/[^\s/]+)+/(?=[^\s/])")
 
 
 def _example(text: str, expected: tuple[str, ...], source: str, thread: str) -> Example:

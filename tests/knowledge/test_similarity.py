@@ -106,3 +106,11 @@ def test_diagnose_log_uses_the_second_stage_only_for_a_failed_text():
     assert diagnose_log(LogText.from_text("all good\n"), detect_failure=True) == []
     (finding,) = diagnose_log(LogText.from_text(ARCH_LOG), detect_failure=True)
     assert finding.line_number == 2 and (finding.id == UNRECOGNISED or finding.similarity > 0)
+
+
+def test_shipped_index_names_no_folder_of_the_machine_it_was_written_on():
+    import re
+
+    document = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    local = [row["source"] for row in document["examples"] if not row["source"].startswith("https://")]
+    assert all(not re.search(r"(?<![\w.:/-])/[^\s/]+/", source) for source in local), local
