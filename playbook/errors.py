@@ -18,7 +18,9 @@ class ExitCode(IntEnum):
     REFUSED = 3  # the plan knows the build must fail (blockers); nothing was built
     STEP_ERROR = 4  # a step notebook raised, or a step's predecessor has not run
     RUN_FOLDER = 5  # a run folder cannot be written, read or checked
-    FOUND = 6  # `playbook diagnose`: a failure was named in the text
+    FOUND = 6  # `playbook diagnose`: a known failure was named in the text
+    UNRECOGNISED = 7  # `playbook diagnose`: the text plainly failed, and no known failure matches it
+    NOT_A_LOG = 8  # `playbook diagnose`: the file is binary, not a log
     INTERRUPTED = 130
 
 
@@ -55,6 +57,12 @@ class RunFolderError(PlaybookError):
     """A run folder cannot be created, written or read as the playbook wrote it."""
 
     exit_code = ExitCode.RUN_FOLDER
+
+
+class NotALogError(PlaybookError):
+    """``playbook diagnose`` was given a binary file (a program, an archive), not a log."""
+
+    exit_code = ExitCode.NOT_A_LOG
 
 
 class KnowledgeBaseError(PlaybookError):

@@ -134,3 +134,22 @@ def tiny_f16_model(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("model") / "synthetic-llama-tiny-F16.gguf"
     write_synthetic_gguf(path, ModelSpec("tiny", "F16"), DATA / "ggml-vocab-llama-spm.gguf")
     return path
+
+
+# ------------------------------------------------------------------ the diagnosis corpus's score in CI's output
+
+DIAGNOSIS_TABLES = pytest.StashKey[list]()
+
+
+@pytest.fixture(scope="session")
+def diagnosis_tables(request) -> list[str]:
+    """Where tests/knowledge/test_evaluation.py puts the corpus tables; printed after the run."""
+    return request.config.stash.setdefault(DIAGNOSIS_TABLES, [])
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    tables = terminalreporter.config.stash.get(DIAGNOSIS_TABLES, [])
+    if tables:
+        terminalreporter.write_sep("=", "diagnosis: the corpus, per family (playbook.knowledge.evaluation)")
+        for table in tables:
+            terminalreporter.write_line(table + "\n")

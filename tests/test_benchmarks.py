@@ -38,3 +38,31 @@ def test_throughput_table_of_the_7b_reference_run():
     full = rows["33"]
     assert 0.9 < full[4] < 1.1 and 0.9 < full[5] < 1.1  # pp and tg within 10% of llama-bench
     assert full[1] > 10 * rows["0"][1]  # generation with every layer on the GPU is >10x none
+
+
+def diagnose_speed_rows(text: str) -> dict[str, tuple[float, float, float, str]]:
+    """diagnose_speed.py's lines: log kind -> (MB, wall seconds, CPU seconds, first finding)."""
+    import re
+
+    rows = {}
+    for match in re.finditer(r"^\s+(\w+)\s+([\d.]+) MB\s+([\d.]+) s \(\s*([\d.]+) s CPU\)\s+\d+ findings: ([\w-]+)",
+                             text, re.MULTILINE):
+        rows[match.group(1)] = (float(match.group(2)), float(match.group(3)), float(match.group(4)), match.group(5))
+    return rows
+
+
+def test_the_diagnose_speed_figures_quoted_come_from_the_archived_output():
+    """benchmarks/README.md quotes results/diagnose-speed-cpu-vm.txt's own numbers, for logs of 50 MB."""
+    import re
+
+    rows = diagnose_speed_rows((ROOT / "benchmarks" / "results" / "diagnose-speed-cpu-vm.txt").read_text())
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    assert set(rows) == {"build", "dense", "unique"}
+    for kind, (size, wall, cpu, first) in rows.items():
+        assert size >= 50.0, kind
+        assert f"{wall:.2f} s" in readme and f"{cpu:.2f} s CPU" in readme, kind
+    assert rows["build"][3] == rows["unique"][3] == "cublas-missing"  # the failure at the end is found
+    previous = re.search(r"^\s+previous failures\.py .*: ([\d.]+) s wall .*\(([\d.]+) s CPU\)$",
+                         (ROOT / "benchmarks" / "results" / "diagnose-speed-cpu-vm.txt").read_text(), re.MULTILINE)
+    assert previous and f"{float(previous.group(2)):.2f} s CPU" in readme
+    assert float(previous.group(2)) > 10 * rows["build"][2]

@@ -41,6 +41,7 @@ READMES = (README, BENCH, RUNS, "outputs/README.md")
 H100 = "build-speed-gpu-machine-h100.txt"
 CPU_VM = "build-speed-remote-cache-cpu-vm.txt"
 PYPI = "pypi-toolkit-cpu-vm.txt"
+DIAGNOSE = "diagnose-speed-cpu-vm.txt"
 
 GPU_1B = "20261122T010438Z-vm"  # H200, 1B-shaped Q8_0, 6 sweep points
 WRONG_ARCH = "20261122T011010Z-vm"  # 80-real, repaired to 90
@@ -314,6 +315,19 @@ def tune_table() -> str:
                      for r in tune_gains())
 
 
+def diagnose_speed(pattern: str) -> Callable[[], float]:
+    """The number a regex's group finds in the last matching line of results/diagnose-speed-cpu-vm.txt."""
+    return lambda: float(re.findall(pattern, _text(RESULTS / DIAGNOSE), re.MULTILINE)[-1])
+
+
+@functools.cache
+def corpus_tables() -> str:
+    """README.md's corpus tables, as the evaluation of tests/data/corpus prints them."""
+    from playbook.knowledge.evaluation import default_corpus, evaluate, readme_block
+
+    return readme_block(evaluate(default_corpus(), "train"), evaluate(default_corpus(), "test"))
+
+
 F = Figure
 FIGURES = [
     # README.md: Use it
@@ -555,6 +569,8 @@ FIGURES = [
     F(RUNS, "tg 749.9 t/s and pp {}k t/s", thousands(point(VULKAN, 1, 17, "pp_tokens_per_s")), ".1f"),
     F(RUNS, "`n_batch=2048`: {}× prompt processing", tune_gain(4096, "pp"), ".2f"),
     F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
+    F(BENCH, "`playbook diagnose` on a {} MB log: a long build log", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
+    F(BENCH, "the same build log took {} s CPU with the previous", diagnose_speed(r"\(([\d.]+) s CPU\)$"), ".2f"),
 ]
 
 EXCERPTS = [
@@ -563,6 +579,8 @@ EXCERPTS = [
     Excerpt(BENCH, f"outputs/reference/{TUNE}/tune-attempt-1.md, the side-by-side table", tune_table),
     Excerpt(BENCH, f"benchmarks/results/{H100}, its final table", results_table(H100, "Intel(R)")),
     Excerpt(BENCH, f"benchmarks/results/{CPU_VM}, its table", results_table(CPU_VM, "AMD EPYC")),
+    Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
+    Excerpt(README, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
 ]
 
 

@@ -53,7 +53,13 @@ def main(argv: list[str] | None = None) -> int:
 
     commands.add_parser("detect", help="print the detected facts as JSON")
 
-    diagnose = commands.add_parser("diagnose", help="name known failures in a log file or a pasted issue body")
+    diagnose = commands.add_parser(
+        "diagnose", help="name known failures in a log file or a pasted issue body",
+        description="Name the known failures in a build log, traceback, runtime output or pasted issue body.",
+        epilog=f"exit status: {int(ExitCode.FOUND)} a known failure was named; {int(ExitCode.UNRECOGNISED)} the text "
+               f"plainly failed and no known failure matches (unrecognised-failure); {int(ExitCode.OK)} no failure "
+               f"found; {int(ExitCode.NOT_A_LOG)} the file is binary, not a log; {int(ExitCode.BAD_INPUT)} it cannot "
+               "be read")
     diagnose.add_argument("path", type=Path, help="a build log, traceback, runtime output or pasted issue body "
                                                   "(Markdown quotes and fences are read through)")
     diagnose.add_argument("--json", action="store_true", help="print a JSON list of findings")
@@ -204,19 +210,36 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    from playbook.knowledge.failures import diagnose_file
+    from playbook.knowledge.failures import UNRECOGNISED, diagnose_file
 
     findings = diagnose_file(args.path, detect_failure=True)
+    named = any(f.id != UNRECOGNISED for f in findings)
+    status = ExitCode.FOUND if named else ExitCode.UNRECOGNISED if findings else ExitCode.OK
     if args.json:
         print(json.dumps([f.to_dict() for f in findings], indent=2))
-        return int(ExitCode.FOUND if findings else ExitCode.OK)
+        return int(status)
     if not findings:
         print(f"no failure found in {args.path}")
     for finding in findings:
-        print(f"[{finding.id}] {finding.title}" + (f" ({finding.stage})" if finding.stage else ""))
-        print(f"  line {finding.line_number}: {finding.evidence}")
-        print(f"  fix{' (automatic in playbook run)' if finding.automatic else ''}: {finding.fix}\n")
-    return int(ExitCode.FOUND if findings else ExitCode.OK)
+        print("\n".join(finding_lines(finding)) + "\n")
+    return int(status)
+
+
+def finding_lines(finding) -> list[str]:  # type: ignore[no-untyped-def]
+    """How ``playbook diagnose`` shows one finding: id and title, how sure (when named by resemblance),
+    the line, the fix."""
+    from playbook.knowledge.failures import UNRECOGNISED
+
+    lines = [f"[{finding.id}] {finding.title}" + (f" ({finding.stage})" if finding.stage else "")]
+    if finding.similarity and finding.id != UNRECOGNISED:
+        lines.append(f"  likely {finding.id} ({finding.similarity:.2f}, like {finding.like}): no pattern names it; "
+                     "its error lines resemble that example's")
+    elif finding.likely:
+        lines.append(f"  nearest known failure: {finding.likely} ({finding.similarity:.2f}, like {finding.like}), "
+                     "too far to name it; no remedy is applied")
+    lines.append(f"  line {finding.line_number}: {finding.evidence}")
+    lines.append(f"  fix{' (automatic in playbook run)' if finding.automatic else ''}: {finding.fix}")
+    return lines
 
 
 def _bundle(args: argparse.Namespace) -> int:

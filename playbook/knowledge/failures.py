@@ -15,8 +15,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from playbook.errors import KnowledgeBaseError, PlaybookError
+from playbook.errors import KnowledgeBaseError, NotALogError, PlaybookError  # noqa: F401 (NotALogError: re-exported)
 from playbook.knowledge.compatibility import knowledge
+from playbook.knowledge.logtext import LogText, read_log
+from playbook.knowledge.normalise import FENCE_LINE, QUOTE_PREFIX, paste_line  # noqa: F401 (re-exported)
+from playbook.knowledge.signatures import Signature, required_literals
 
 KNOWLEDGE_FILE = "failures.yaml"
 PLATFORMS = ("any", "linux", "windows", "macos", "wsl")
@@ -79,6 +82,8 @@ class FailureEntry:
     # Generic symptoms this failure brings with it (a crash, a library that did not load): when both are
     # found, this entry is the cause and theirs is no second one, so they are not reported.
     explains: tuple[str, ...] = ()
+    # The patterns with the literals that pre-select the lines they may match (signatures.py).
+    signatures: tuple[Signature, ...] = ()
 
 
 # The one finding that is not a knowledge-base entry: the text plainly failed, and no entry names why.
@@ -97,6 +102,11 @@ class Finding:
     fix: str
     automatic: bool
     stage: str = ""  # configure, build, import, load, run: where in the chain it showed
+    # Named by resemblance, not by a pattern (similarity.py): how close (0..1) and the example it resembles.
+    # On an unrecognised-failure finding, ``likely`` is the nearest known failure, too far to be named.
+    similarity: float = 0.0
+    like: str = ""
+    likely: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -139,11 +149,13 @@ def parse_knowledge_base(document: dict[str, Any]) -> KnowledgeBase:
             bad += [family] if family not in FAMILIES else []
             if bad:
                 raise KnowledgeBaseError(f"{failure_id}: unknown platform, stage or family {bad}")
+            signatures = tuple(Signature.compile(p) for p in raw["patterns"])
             entries.append(
                 FailureEntry(
                     id=failure_id,
                     title=raw["title"],
-                    patterns=tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in raw["patterns"]),
+                    patterns=tuple(signature.regex for signature in signatures),
+                    signatures=signatures,
                     cause=raw["cause"].strip(),
                     fix=raw["fix"].strip(),
                     platforms=platforms,
@@ -191,22 +203,32 @@ def diagnose_text(
 ) -> list[Finding]:
     """Every known failure found in ``text``, most specific first, each reported once; fix texts name
     ``cuda_version``'s packages when it is known."""
+    return known_findings(LogText.from_text(text), platform=platform, stage=stage, knowledge=knowledge,
+                          cuda_version=cuda_version)
+
+
+def known_findings(
+    log: LogText,
+    *,
+    platform: str = "any",
+    stage: str = "any",
+    knowledge: KnowledgeBase | None = None,
+    cuda_version: str = "",
+) -> list[Finding]:
+    """:func:`diagnose_text` over a :class:`LogText`: each entry's patterns, pre-selected by their literals."""
     knowledge = knowledge or load_knowledge_base()
-    text = normalise_paste(text)
-    lines = text.split("\n")  # not splitlines(): a progress bar's lone \r must not shift line numbers
     findings: list[tuple[int, int, Finding]] = []
     for entry in knowledge.entries:
         if not _applies(entry.platforms, platform) or not _applies(entry.stages, stage):
             continue
-        match = _first_match(entry, text)
-        if match is None:
+        found = [hit for hit in (log.first_match(signature) for signature in entry.signatures) if hit]
+        if not found:
             continue
-        line_number = text.count("\n", 0, match.start()) + 1
-        evidence = lines[line_number - 1].strip() if line_number <= len(lines) else match.group(0)
+        line_number, _ = min(found, key=lambda hit: (hit[0], hit[1].start()))
         finding = Finding(
             id=entry.id,
             title=entry.title,
-            evidence=evidence[:400],
+            evidence=log.evidence(line_number),
             line_number=line_number,
             cause=entry.cause,
             fix=fill_fix(entry.fix, cuda_version),
@@ -242,43 +264,38 @@ def most_specific_first(findings: list[Finding], knowledge: KnowledgeBase | None
 
 def diagnose_file(path: Path, unrecognised_stage: str = "", *, detect_failure: bool = False,
                   **kwargs: Any) -> list[Finding]:
-    """:func:`diagnose_text` over a file. When no entry matches, an :data:`UNRECOGNISED` finding if the
-    file is known to show a failure (``unrecognised_stage``), or, with ``detect_failure``, if the text
-    plainly says something failed (its first error line and the stage it belongs to)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise PlaybookError(f"cannot read {path}: {err.strerror or err}") from None
-    findings = diagnose_text(text, **kwargs)
-    if not findings and unrecognised_stage:
-        findings = [unrecognised(text, unrecognised_stage)]
-    elif not findings and detect_failure and first_failure(text) is not None:
-        findings = [unrecognised(text)]
-    return findings
+    """:func:`diagnose_log` over a file (:class:`NotALogError` for a binary file)."""
+    return diagnose_log(read_log(path), unrecognised_stage, detect_failure=detect_failure, **kwargs)
 
 
-# A pasted issue body: Markdown quotes ("> ", nested) before log lines, code fences, Windows line ends.
-QUOTE_PREFIX = re.compile(r"^(?:[ \t]{0,3}>[ \t]?)+")
-FENCE_LINE = re.compile(r"^[ \t>]*(?:```|~~~)[^\n]*$")
+def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: bool = False,
+                 similarity: bool = True, exclude_thread: str = "", **kwargs: Any) -> list[Finding]:
+    """The known failures in ``log`` (:func:`known_findings`). When none matches and the log is known to
+    show a failure (``unrecognised_stage``) or, with ``detect_failure``, plainly says something failed:
+    the nearest known failure by similarity of its error lines when that is confident enough (see
+    :mod:`playbook.knowledge.similarity`), else one :data:`UNRECOGNISED` finding with the first error
+    line, the stage, and the nearest known failure as a hint. ``exclude_thread`` leaves the examples of one
+    thread out of the comparison (the evaluation scores a train log without its own thread's examples)."""
+    findings = known_findings(log, **kwargs)
+    if findings or not (unrecognised_stage or (detect_failure and first_failure(log) is not None)):
+        return findings
+    fallback = unrecognised(log, unrecognised_stage)
+    if not similarity:
+        return [fallback]
+    from playbook.knowledge.similarity import nearest_failure
+
+    return [nearest_failure(log, fallback, knowledge=kwargs.get("knowledge"), cuda_version=kwargs.get("cuda_version", ""),
+                            exclude_thread=exclude_thread)]
 
 
 def normalise_paste(text: str) -> str:
     """The log inside a pasted issue body, line for line (line numbers stay those of the paste): quote
     markers and fence lines go, CRLF becomes LF, everything else is kept as it is."""
-    lines = []
-    for line in text.split("\n"):
-        line = line[:-1] if line.endswith("\r") else line
-        lines.append("" if FENCE_LINE.match(line) else QUOTE_PREFIX.sub("", line))
-    return "\n".join(lines)
+    return "\n".join(paste_line(line) for line in text.split("\n"))
 
 
 def _applies(allowed: tuple[str, ...], actual: str) -> bool:
     return "any" in allowed or actual == "any" or actual in allowed
-
-
-def _first_match(entry: FailureEntry, text: str) -> re.Match[str] | None:
-    matches = [m for m in (p.search(text) for p in entry.patterns) if m]
-    return min(matches, key=lambda m: m.start()) if matches else None
 
 
 def finding_for(failure_id: str, evidence: str, *, stage: str = "", line_number: int = 0,
@@ -335,51 +352,101 @@ STAGE_MARKERS = (
 )
 
 
-def first_failure(text: str) -> tuple[int, str] | None:
+def _line_signature(regex: re.Pattern[str]) -> Signature:
+    """One of the single-line regexes above, with its literal pre-filter."""
+    return Signature(regex, required_literals(regex.pattern, regex.flags), spans_lines=False)
+
+
+ROOT_SIGNATURE = _line_signature(ROOT_FAILURE)
+WRAPPER_SIGNATURE = _line_signature(WRAPPER_FAILURE)
+ERROR_SIGNATURE = _line_signature(ERROR_LINE)
+
+
+def _as_log(text: str | LogText) -> LogText:
+    return text if isinstance(text, LogText) else LogText.from_text(text)
+
+
+def _plain_failure(line: str) -> bool:
+    return not HARMLESS_FAILURE.search(line) and not PIP_RELAY.search(line)
+
+
+def first_failure(text: str | LogText) -> tuple[int, str] | None:
     """The line number and text of the first line that plainly reports a failure (a tool's own error
     before pip's or ninja's relay of it), or None when the text does not say anything failed."""
-    text = normalise_paste(text)
-    for pattern in (ROOT_FAILURE, WRAPPER_FAILURE):
-        for match in pattern.finditer(text):
-            line = match.group(0)
-            if HARMLESS_FAILURE.search(line) or PIP_RELAY.search(line):
-                continue
-            return text.count("\n", 0, match.start()) + 1, line.strip()[:400]
+    log = _as_log(text)
+    for signature in (ROOT_SIGNATURE, WRAPPER_SIGNATURE):
+        hit = log.first_match(signature, accept=_plain_failure)
+        if hit is not None:
+            return hit[0], log.evidence(hit[0])
     return None
 
 
-def failed_stage(text: str, line_number: int, default: str = "run") -> str:
+# Lines that only relay a failure or frame a message (pip, ninja, make, CMake's header line): they say
+# that something failed, not what, so the similarity stage does not compare them.
+RELAY_LINE = re.compile(
+    r"subprocess-exited-with-error|did not run successfully|Failed building wheel|Could not build wheels|"
+    r"Failed to build\b|ninja: build stopped|^\s*FAILED: |make(?:\[\d+\])?: \*\*\*|CMake build failed|"
+    r"Configuring incomplete|metadata-generation-failed|This error originates from a subprocess|"
+    r"^\s*(?:CMake Error at [^\s]+:\d+ \([\w]+\)|CMake Error):\s*$|^\s*exit code: \d+|^\s*[\u2570\u2502]|"
+    r"Traceback \(most recent call last\)|legacy-install-failure|^\s*Call Stack \(most recent call first\)|"
+    r"\bhas no attribute '__del__'|Exception ignored in|error: command .* failed with exit code|"
+    r"Building wheel for \S+ \(pyproject\.toml\) (?:did not|finished with status 'error')|"
+    r"^\s*(?:ERROR|error): (?:Failed|Could not)", re.IGNORECASE)
+CMAKE_HEADER = re.compile(r"^\s*CMake Error\b[^\n]*:\s*$")
+
+
+def error_lines(text: str | LogText, limit: int = 12) -> list[tuple[int, str]]:
+    """Up to ``limit`` lines that say what failed, in order (what the similarity stage compares): a tool's
+    own errors and any line with an error word, less the lines that only relay a failure (pip, ninja,
+    make); a CMake error header brings the message lines under it."""
+    log = _as_log(text)
+    numbers: set[int] = set()
+    numbers.update(log.all_matches(ROOT_SIGNATURE, _plain_failure, limit * 2))
+    numbers.update(log.all_matches(ERROR_SIGNATURE, lambda line: not BENIGN_LINE.search(line), limit * 2))
+    chosen: list[int] = []
+    for number in sorted(numbers):
+        line = log.matched(number)
+        if CMAKE_HEADER.match(line):
+            following = range(number + 1, min(number + 6, log.line_count + 1))
+            chosen.extend(n for n in following if log.matched(n).strip() and not RELAY_LINE.search(log.matched(n)))
+        elif not RELAY_LINE.search(line):
+            chosen.append(number)
+    return [(n, log.matched(n)) for n in sorted(set(chosen))[:limit]]
+
+
+def failed_stage(text: str | LogText, line_number: int, default: str = "run") -> str:
     """configure, compile, link, import or run: where the failure on ``line_number`` happened
     (``default`` when neither the line nor what precedes it says)."""
-    lines = normalise_paste(text).split("\n")
-    line = lines[line_number - 1] if 0 < line_number <= len(lines) else ""
+    log = _as_log(text)
+    line = log.matched(line_number) if 0 < line_number <= log.line_count else ""
     for stage, pattern in STAGE_OF_LINE:
         if pattern.search(line):
             return stage
-    for earlier in reversed(lines[:max(line_number - 1, 0)]):
+    for earlier in range(min(line_number, log.line_count + 1) - 1, 0, -1):
+        line = log.matched(earlier)
         for stage, pattern in STAGE_MARKERS:
-            if pattern.search(earlier):
+            if pattern.search(line):
                 return stage
     return default
 
 
-def unrecognised(text: str, stage: str = "") -> Finding:
+def unrecognised(text: str | LogText, stage: str = "") -> Finding:
     """The fallback for a text that plainly failed and that no entry names: its first error line and the
     stage, never "nothing is wrong". A build's stage ("build", or none given) is narrowed to configure,
     compile or link from the text."""
-    found = first_failure(text)
+    log = _as_log(text)
+    found = first_failure(log)
     if found is None:
-        lines = text.split("\n")
-        found = next(((i + 1, lines[i].strip()[:400]) for i, _ in enumerate(lines)
-                      if ERROR_LINE.fullmatch(lines[i]) and not BENIGN_LINE.search(lines[i])), None)
+        hit = log.first_match(ERROR_SIGNATURE, accept=lambda line: not BENIGN_LINE.search(line))
+        found = (hit[0], log.evidence(hit[0])) if hit else None
     if found is None:
-        tail = [line.strip() for line in text.split("\n") if line.strip()][-1:]
-        line_number, evidence = 0, (tail[0][:400] if tail else "(no output)")
+        tail = next((log.evidence(n) for n in range(log.line_count, 0, -1) if log.evidence(n)), "")
+        line_number, evidence = 0, (tail or "(no output)")
     else:
         line_number, evidence = found
     if stage in ("", "any", "build"):
         default = "compile" if stage == "build" else "run"
-        stage = failed_stage(text, line_number, default) if line_number else (stage if stage not in ("", "any") else "run")
+        stage = failed_stage(log, line_number, default) if line_number else (stage if stage not in ("", "any") else "run")
     return Finding(UNRECOGNISED, f"{stage} failed, and no known failure matches", evidence, line_number,
                    "No entry of the knowledge base matches this text.",
                    f"Read the {stage} log around line {line_number or 'its end'}; once fixed, "

@@ -110,7 +110,8 @@ def apply_remedies(
     )
     known = set(knowledge.ids)
     for finding in findings:
-        remedy = knowledge.get(finding.id).remedy if finding.id in known else None
+        # a finding that is only a guess (the similarity stage below its threshold) is never automatic
+        remedy = knowledge.get(finding.id).remedy if finding.id in known and finding.automatic else None
         if remedy is None or (remedy.backends and plan.backend.value not in remedy.backends):
             continue
         before = dataclasses.asdict(new)

@@ -4,6 +4,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from playbook.errors import ExitCode
 from playbook.interfaces.cli import main
@@ -57,11 +60,30 @@ def test_diagnose_names_an_unrecognised_failure_with_its_stage(tmp_path, capsys)
     log.write_text("[99/100] Linking CXX shared library bin/libllama.so\n"
                    "/usr/bin/ld: bin/libllama.so: undefined reference to `llama_frobnicate'\n"
                    "collect2: error: ld returned 1 exit status\n")
-    assert main(["diagnose", str(log), "--json"]) == ExitCode.FOUND
+    assert main(["diagnose", str(log), "--json"]) == ExitCode.UNRECOGNISED  # distinct from a named failure's 6
     (finding,) = json.loads(capsys.readouterr().out)
     assert (finding["id"], finding["stage"], finding["line_number"]) == ("unrecognised-failure", "link", 2)
-    assert main(["diagnose", str(log)]) == ExitCode.FOUND
+    assert main(["diagnose", str(log)]) == ExitCode.UNRECOGNISED
     assert "[unrecognised-failure] link failed, and no known failure matches (link)" in capsys.readouterr().out
+
+
+def test_diagnose_refuses_a_binary_file_with_its_own_status(tmp_path, capsys):
+    program = tmp_path / "ls"
+    program.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 64 + b"error: not a log line\n")
+    assert main(["diagnose", str(program)]) == ExitCode.NOT_A_LOG
+    captured = capsys.readouterr()
+    assert "is a binary file, not a log" in captured.err and "no failure found" not in captured.out
+    if Path("/bin/ls").is_file():
+        assert main(["diagnose", "/bin/ls", "--json"]) == ExitCode.NOT_A_LOG
+
+
+def test_diagnose_help_names_every_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        main(["diagnose", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for status, meaning in [(ExitCode.FOUND, "a known failure was named"), (ExitCode.UNRECOGNISED, "the text plainly failed"),
+                            (ExitCode.OK, "no failure found"), (ExitCode.NOT_A_LOG, "the file is binary, not a log")]:
+        assert f"{int(status)} {meaning}" in out
 
 
 def test_diagnose_innocuous_lines_exit_0(tmp_path, capsys):

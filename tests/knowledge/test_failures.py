@@ -202,6 +202,10 @@ EXPECTED_REMEDIES = {
     "mtmd-not-built": lambda r: r.cmake_args_add == ("-DLLAVA_BUILD=ON",),
     "build-requirements-unreachable": lambda r: r.build_isolation is False,
     "cuda-vmm-reserve-failed": lambda r: r.cmake_args_add == ("-DGGML_CUDA_NO_VMM=ON",),
+    "deprecated-hip-flag": lambda r: r.cmake_args_add == ("-DGGML_HIP=on",) and len(r.cmake_args_remove) == 2,
+    "metal-common-header-missing": lambda r: r.cmake_args_add == ("-DGGML_METAL_EMBED_LIBRARY=ON",)
+    and r.backends == ("metal",),
+    "native-cpu-flag-rejected": lambda r: r.cmake_args_add == ("-DGGML_NATIVE=OFF",),
 }
 
 

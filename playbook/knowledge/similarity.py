@@ -1,0 +1,256 @@
+"""The second stage of diagnosis: the known failure whose real examples a log's error lines most resemble.
+
+Patterns name what their authors saw; a user's log often says the same thing in other words. When no
+pattern matches a log that plainly failed, its error lines (:func:`playbook.knowledge.failures.error_lines`,
+read by :func:`playbook.knowledge.normalise.fold_for_similarity`) are compared with the error lines of every
+example of a known failure: the logs under ``tests/data/failures/<id>/`` and the ``train`` part of the
+corpus (``tests/data/corpus/train/``). The comparison is TF-IDF over words, word pairs and character
+4-grams, by cosine, in plain Python (no numerical library needed for a few hundred examples).
+
+The examples ship with the package as ``similarity_index.json``, written by
+``python scripts/write-similarity-index.py`` from those folders (a test checks that it is current). The
+same script measures the threshold by leave-one-thread-out on the examples: each example is matched against
+the examples of every other thread, and the threshold is the lowest similarity at which the nearest
+example's id is right for at least :data:`TARGET_PRECISION` of the examples that reach it. Above the
+threshold a log is named ``likely <id>``, its remedy applies; below it the log stays
+``unrecognised-failure``, and the nearest id is only a hint, never a remedy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from playbook.knowledge.normalise import fold_for_similarity
+
+if TYPE_CHECKING:
+    from playbook.knowledge.failures import Finding, KnowledgeBase
+    from playbook.knowledge.logtext import LogText
+
+INDEX_FILE = "similarity_index.json"
+TARGET_PRECISION = 0.9
+LINES_PER_EXAMPLE = 12
+CHARS_PER_LINE = 240
+WORD = re.compile(r"<\w+>|[a-z_][a-z0-9_+.-]*[a-z0-9_]|[a-z]")
+
+
+def features(lines: list[str]) -> Counter[str]:
+    """The terms of some folded error lines: words, adjacent word pairs, and 4-grams of characters."""
+    terms: Counter[str] = Counter()
+    for line in lines:
+        words = WORD.findall(line)
+        terms.update("w:" + word for word in words)
+        terms.update(f"p:{a} {b}" for a, b in itertools.pairwise(words))
+        for word in words:
+            padded = f" {word} "
+            terms.update("c:" + padded[i:i + 4] for i in range(max(1, len(padded) - 3)))
+    return terms
+
+
+@dataclass(frozen=True)
+class Example:
+    """One known failure's example: its id, where it comes from (a public address), its folded error lines."""
+
+    id: str
+    source: str
+    thread: str
+    lines: tuple[str, ...]
+    expected: tuple[str, ...] = ()  # every id the example shows (a corpus log may expect several)
+
+
+@dataclass(frozen=True)
+class Match:
+    id: str
+    score: float
+    example: Example
+
+
+class Index:
+    """TF-IDF vectors of the examples, and an inverted index from a term to the examples that hold it."""
+
+    def __init__(self, examples: list[Example]):
+        self.examples = examples
+        counts = [features(list(example.lines)) for example in examples]
+        frequency: Counter[str] = Counter(term for terms in counts for term in terms)
+        total = len(examples)
+        self.idf = {term: math.log((1 + total) / (1 + df)) + 1 for term, df in frequency.items()}
+        self.postings: dict[str, list[tuple[int, float]]] = {}
+        for number, terms in enumerate(counts):
+            for term, weight in self._vector(terms).items():
+                self.postings.setdefault(term, []).append((number, weight))
+
+    def _vector(self, terms: Counter[str]) -> dict[str, float]:
+        weights = {t: (1 + math.log(n)) * self.idf[t] for t, n in terms.items() if t in self.idf}
+        norm = math.sqrt(sum(w * w for w in weights.values())) or 1.0
+        return {t: w / norm for t, w in weights.items()}
+
+    def scores(self, lines: list[str]) -> dict[int, float]:
+        """Cosine similarity of ``lines`` to every example that shares a term with them."""
+        scores: dict[int, float] = {}
+        for term, weight in self._vector(features(lines)).items():
+            for number, other in self.postings.get(term, ()):
+                scores[number] = scores.get(number, 0.0) + weight * other
+        return scores
+
+    def nearest(self, lines: list[str], exclude_thread: str = "") -> Match | None:
+        """The most similar example (none of thread ``exclude_thread``), or None when nothing is shared."""
+        best: tuple[float, int] | None = None
+        for number, score in self.scores(lines).items():
+            if exclude_thread and self.examples[number].thread == exclude_thread:
+                continue
+            if best is None or (score, -number) > (best[0], -best[1]):
+                best = (score, number)
+        if best is None:
+            return None
+        example = self.examples[best[1]]
+        return Match(example.id, round(best[0], 4), example)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """The similarity from which the second stage names a failure, measured leave-one-thread-out."""
+
+    value: float
+    precision: float  # of the examples at or above it, the share whose nearest other example is right
+    named: int  # how many examples reach it
+    examples: int  # how many were tried
+
+
+def measure_threshold(index: Index, target: float = TARGET_PRECISION) -> Threshold:
+    """Each example against the others of other threads; the lowest score where precision stays >= target."""
+    outcomes: list[tuple[float, bool]] = []
+    for example in index.examples:
+        match = index.nearest(list(example.lines), exclude_thread=example.thread)
+        if match is not None:
+            outcomes.append((match.score, match.id in (example.expected or (example.id,))))
+    outcomes.sort(key=lambda item: -item[0])
+    best = Threshold(1.01, 0.0, 0, len(index.examples))  # never name anything when no threshold reaches it
+    right = 0
+    for count, (score, correct) in enumerate(outcomes, start=1):
+        right += correct
+        next_score = outcomes[count][0] if count < len(outcomes) else -1.0
+        if next_score == score:
+            continue  # a threshold cannot split equal scores
+        if right / count >= target:
+            best = Threshold(round(score, 4), round(right / count, 4), count, len(index.examples))
+    return best
+
+
+# ------------------------------------------------------------------ the shipped index
+
+
+@lru_cache(maxsize=1)
+def shipped_index() -> tuple[Index, Threshold]:
+    """The index and threshold in the package's ``similarity_index.json``."""
+    text = resources.files("playbook.knowledge").joinpath(INDEX_FILE).read_text(encoding="utf-8")
+    return load_index(json.loads(text))
+
+
+def load_index(document: dict[str, Any]) -> tuple[Index, Threshold]:
+    examples = [Example(row["id"], row["source"], row["thread"], tuple(row["lines"]), tuple(row.get("expected", ())))
+                for row in document["examples"]]
+    return Index(examples), Threshold(**document["threshold"])
+
+
+def error_lines_of(log: LogText) -> list[str]:
+    """The folded error lines the second stage compares, distinct, in order."""
+    from playbook.knowledge.failures import error_lines
+
+    lines: list[str] = []
+    for _, line in error_lines(log, LINES_PER_EXAMPLE * 2):
+        folded = fold_for_similarity(line)[:CHARS_PER_LINE]
+        if folded and folded not in lines:
+            lines.append(folded)
+    return lines[:LINES_PER_EXAMPLE]
+
+
+def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase | None = None,
+                    cuda_version: str = "", index: tuple[Index, Threshold] | None = None,
+                    exclude_thread: str = "") -> Finding:
+    """The known failure ``log`` resembles when the resemblance reaches the threshold, else ``fallback``
+    (the unrecognised-failure finding) with the nearest id as a hint."""
+    from playbook.knowledge.failures import Finding, fill_fix, load_knowledge_base
+
+    index_, threshold = index or shipped_index()
+    knowledge = knowledge or load_knowledge_base()
+    match = index_.nearest(error_lines_of(log), exclude_thread=exclude_thread)
+    if match is None or match.id not in knowledge.ids:
+        return fallback
+    if match.score < threshold.value:
+        return replace(fallback, likely=match.id, similarity=match.score, like=match.example.source)
+    entry = knowledge.get(match.id)
+    return Finding(entry.id, entry.title, fallback.evidence, fallback.line_number, entry.cause,
+                   fill_fix(entry.fix, cuda_version), entry.remedy is not None, fallback.stage,
+                   similarity=match.score, like=match.example.source)
+
+
+# ------------------------------------------------------------------ writing the index from a checkout
+
+
+def examples_from(repo: Path) -> list[Example]:
+    """The examples of a checkout: every log under tests/data/failures/<id>/ and every log of the corpus's
+    train part that expects a failure. Never the corpus's test part."""
+    from playbook.knowledge.corpus import thread_key
+    from playbook.knowledge.evaluation import read_corpus
+
+    examples = []
+    failures = repo / "tests" / "data" / "failures"
+    for path in sorted(failures.glob("*/*.txt")):
+        text = path.read_text(encoding="utf-8")
+        first, _, body = text.partition("\n")
+        source = _public(first.removeprefix("# source:").strip())
+        examples.append(_example(body, (path.parent.name,), source, _public(thread_key(source))))
+    for log in read_corpus(repo / "tests" / "data" / "corpus", "train"):
+        if log.expected:
+            examples.append(_example(log.text, log.expected, log.source, thread_key(log.source)))
+    return [example for example in examples if example.lines]
+
+
+def _public(source: str) -> str:
+    """A source as the shipped index may show it: an address as it is; in any other source (a file, a
+    command run on a machine) every path shortened to its last part."""
+    if source.startswith(("http://", "https://")):
+        return source
+    return LOCAL_FOLDERS.sub("", source)
+
+
+LOCAL_FOLDERS = re.compile(r"(?<![\w.:/-])(?:/[^\s/]+)+/(?=[^\s/])")
+
+
+def _example(text: str, expected: tuple[str, ...], source: str, thread: str) -> Example:
+    """An example's lines: the line a pattern of its own id names first (when one does), then its error lines."""
+    from playbook.knowledge.failures import known_findings
+    from playbook.knowledge.logtext import LogText
+
+    log = LogText.from_text(text)
+    lines = [fold_for_similarity(log.matched(f.line_number))[:CHARS_PER_LINE]
+             for f in known_findings(log) if f.id in expected and f.line_number][:1]
+    lines += [line for line in error_lines_of(log) if line not in lines]
+    return Example(expected[0], source, thread, tuple(lines[:LINES_PER_EXAMPLE]), expected)
+
+
+def index_document(repo: Path) -> dict[str, Any]:
+    """What ``similarity_index.json`` holds for the checkout at ``repo``."""
+    examples = examples_from(repo)
+    threshold = measure_threshold(Index(examples))
+    return {
+        "about": "written by scripts/write-similarity-index.py from tests/data/failures and tests/data/corpus/train; "
+                 "do not edit",
+        "threshold": threshold.__dict__,
+        "examples": [{"id": e.id, "source": e.source, "thread": e.thread, "expected": list(e.expected),
+                      "lines": list(e.lines)} for e in examples],
+    }
+
+
+def write_index(repo: Path, destination: Path) -> Threshold:
+    document = index_document(repo)
+    destination.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return Threshold(**document["threshold"])

@@ -1,0 +1,84 @@
+"""The diagnosis corpus, scored (playbook/knowledge/evaluation.py): recall per family on real logs, no finding
+on clean ones. The tables of both parts are printed at the end of the pytest run; the test part must meet
+the goal, and README.md shows the same tables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from playbook.knowledge.evaluation import GOAL, Goal, evaluate, main, parse_corpus_log, readme_block, score
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "data" / "corpus"
+
+
+@pytest.fixture(scope="module")
+def scores(diagnosis_tables):
+    results = {part: evaluate(CORPUS, part) for part in ("train", "test")}
+    diagnosis_tables[:] = [results["train"].table(), results["test"].table()]
+    return results
+
+
+def test_test_part_meets_the_goal(scores):
+    test = scores["test"]
+    if not test.failure_logs:
+        pytest.skip("the corpus has no test logs yet")
+    short = test.meets(GOAL)
+    assert not short, "the test part misses the goal:\n" + "\n".join(short)
+
+
+def test_clean_train_logs_give_no_finding(scores):
+    assert scores["train"].clean_findings == 0, [f.missed for f in scores["train"].families.values()]
+
+
+def test_readme_shows_the_evaluation(scores):
+    """After changing patterns or the corpus: `python -m playbook.knowledge.evaluation --update-readme`."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert readme_block(scores["train"], scores["test"]) in text
+
+
+def _write(root: Path, part: str, family: str, name: str, expected: str, body: str) -> None:
+    folder = root / part / family
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(f"# source: https://github.com/o/r/issues/{name[:2]}\n# expected: {expected}\n{body}",
+                               encoding="utf-8")
+
+
+def test_scoring_counts_the_first_finding_and_any_finding_on_clean_logs(tmp_path):
+    cuda = "nvcc fatal   : Unsupported gpu architecture 'compute_20'\n"
+    _write(tmp_path, "train", "cuda-toolkit", "01.txt", "cuda-arch-unsupported", cuda)
+    _write(tmp_path, "train", "cuda-toolkit", "02.txt", "cublas-missing", cuda)  # named, but not what it expects
+    _write(tmp_path, "train", "cuda-toolkit", "03.txt", "cublas-missing, cuda-arch-unsupported", cuda)
+    _write(tmp_path, "train", "clean", "04.txt", "none", "Successfully installed llama-cpp-python-0.3.16\n")
+    _write(tmp_path, "train", "clean", "05.txt", "none", "error: something plainly failed here\n")
+    result = evaluate(tmp_path, "train")
+    family = result.families["cuda-toolkit"]
+    assert (family.logs, family.named, family.missed) == (3, 2, ["02.txt"])
+    assert (result.families["clean"].logs, result.clean_findings) == (2, 1)
+    assert result.recall == pytest.approx(2 / 3)
+    assert result.meets(Goal(0.5, 0.5, 1)) == []
+    assert result.meets(GOAL) == ["train: overall recall 67% < 90%", "train: cuda-toolkit recall 67% < 80%",
+                                  "train: 1 finding(s) on clean logs"]
+    assert "| `cuda-toolkit` | 3 | 2 | 67% | - |" in result.table()
+    assert "| `clean` | 2 | - | - | 1 |" in result.table()
+
+
+def test_a_corpus_file_without_its_header_is_refused(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_text("just a log\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="# source: URL"):
+        parse_corpus_log(path, "train", "cpu")
+
+
+def test_command_line_prints_the_train_table(tmp_path, capsys):
+    _write(tmp_path, "train", "cpu", "01.txt", "illegal-instruction", "Illegal instruction (core dumped)\n")
+    assert main([str(tmp_path), "--part", "train"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\| `cpu` \| 1 \| 1 \| 100% \| - \|", out) and "goal met" in out
+
+
+def test_score_of_no_logs_is_empty():
+    assert score([], "test").failure_logs == 0

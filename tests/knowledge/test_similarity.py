@@ -1,0 +1,116 @@
+"""The second stage of diagnosis (playbook/knowledge/similarity.py): the nearest known failure by the
+resemblance of error lines, named only above the threshold measured on the train examples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from playbook.interfaces.cli import finding_lines
+from playbook.knowledge.failures import UNRECOGNISED, diagnose_log, load_knowledge_base, unrecognised
+from playbook.knowledge.logtext import LogText
+from playbook.knowledge.similarity import (
+    INDEX_FILE,
+    Example,
+    Index,
+    Threshold,
+    index_document,
+    measure_threshold,
+    nearest_failure,
+    shipped_index,
+)
+from playbook.steps.repair import apply_remedies
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "playbook" / "knowledge" / INDEX_FILE
+
+# A failure no pattern names, in words close to cuda-arch-unsupported's examples.
+ARCH_LOG = ("[3/90] Building CUDA object ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/acc.cu.o\n"
+            "nvcc error   : 'compute_30' is not a supported gpu architecture for this nvcc release\n"
+            "ninja: build stopped: subcommand failed.\n")
+
+
+def _examples() -> list[Example]:
+    return [
+        Example("cuda-arch-unsupported", "https://example.org/a/1", "a#1",
+                ("nvcc fatal : unsupported gpu architecture compute_<n>",), ("cuda-arch-unsupported",)),
+        Example("cuda-arch-unsupported", "https://example.org/a/2", "a#2",
+                ("nvcc fatal : value sm_<n> is not defined for option gpu-architecture",), ("cuda-arch-unsupported",)),
+        Example("openmp-conflict", "https://example.org/b/3", "b#3",
+                ("undefined reference to omp_get_thread_num",), ("openmp-conflict",)),
+    ]
+
+
+def test_shipped_index_is_what_the_script_writes():
+    """Run `python scripts/write-similarity-index.py` after changing examples, the corpus's train part or
+    the error-line rules."""
+    assert json.loads(SHIPPED.read_text(encoding="utf-8")) == index_document(REPO)
+
+
+def test_shipped_index_holds_no_test_log_and_every_id_is_known():
+    document = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    test_part = REPO / "tests" / "data" / "corpus" / "test"
+    test_sources = {line[len("# source:"):].strip() for path in test_part.glob("*/*.txt")
+                    for line in path.read_text(encoding="utf-8").split("\n")[:2] if line.startswith("# source:")}
+    assert not test_sources & {row["source"] for row in document["examples"]}
+    assert {row["id"] for row in document["examples"]} <= set(load_knowledge_base().ids)
+
+
+def test_shipped_threshold_keeps_its_precision():
+    _, threshold = shipped_index()
+    assert threshold.value > 1 or threshold.precision >= 0.9
+
+
+def test_threshold_is_the_lowest_score_that_keeps_the_precision():
+    index = Index(_examples())
+    threshold = measure_threshold(index, target=0.5)
+    assert threshold.examples == 3
+    assert 0 < threshold.value <= 1 and threshold.precision >= 0.5
+    assert measure_threshold(Index(_examples()[2:]), target=0.9).value > 1  # nothing to measure against
+
+
+def test_below_the_threshold_the_nearest_id_is_only_a_hint():
+    log = LogText.from_text(ARCH_LOG)
+    fallback = unrecognised(log)
+    finding = nearest_failure(log, fallback, index=(Index(_examples()), Threshold(0.99, 1.0, 1, 3)))
+    assert finding.id == UNRECOGNISED and finding.automatic is False
+    assert finding.likely == "cuda-arch-unsupported" and 0 < finding.similarity < 0.99
+    assert finding.like.startswith("https://example.org/a/")
+    assert finding.evidence == fallback.evidence
+    assert "nearest known failure: cuda-arch-unsupported" in "\n".join(finding_lines(finding))
+
+
+def test_above_the_threshold_the_failure_is_named_with_its_example(this_machine):
+    log = LogText.from_text(ARCH_LOG)
+    finding = nearest_failure(log, unrecognised(log), index=(Index(_examples()), Threshold(0.05, 1.0, 1, 3)))
+    entry = load_knowledge_base().get("cuda-arch-unsupported")
+    assert (finding.id, finding.title, finding.automatic) == (entry.id, entry.title, entry.remedy is not None)
+    assert finding.similarity >= 0.05 and finding.like.startswith("https://example.org/a/")
+    assert finding.line_number == 2
+    shown = "\n".join(finding_lines(finding))
+    assert f"likely cuda-arch-unsupported ({finding.similarity:.2f}, like {finding.like})" in shown
+
+
+def test_a_hint_never_changes_the_plan(tmp_path, this_machine):
+    from dataclasses import replace
+
+    from playbook.params import Params
+    from playbook.steps.configure import configure
+
+    plan = configure(this_machine, Params())
+    named = replace(unrecognised(LogText.from_text(ARCH_LOG)), id="deprecated-cuda-flag")
+    assert apply_remedies(plan, [named], this_machine, cache_dir=tmp_path) is None  # not automatic: no change
+
+
+def test_diagnose_log_uses_the_second_stage_only_for_a_failed_text():
+    assert diagnose_log(LogText.from_text("all good\n"), detect_failure=True) == []
+    (finding,) = diagnose_log(LogText.from_text(ARCH_LOG), detect_failure=True)
+    assert finding.line_number == 2 and (finding.id == UNRECOGNISED or finding.similarity > 0)
+
+
+def test_shipped_index_names_no_folder_of_the_machine_it_was_written_on():
+    import re
+
+    document = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    local = [row["source"] for row in document["examples"] if not row["source"].startswith("https://")]
+    assert all(not re.search(r"(?<![\w.:/-])/[^\s/]+/", source) for source in local), local
