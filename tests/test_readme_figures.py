@@ -53,6 +53,33 @@ CUDA_PYPI = "20261123T170441Z-vm"  # CUDA from PyPI on the CPU-only VM
 CUDA = "20261123T174631Z-vm"  # CUDA beside Vulkan on one H200
 VULKAN = "20261123T175713Z-vm"
 TUNE = "20261123T180048Z-vm"
+YARDSTICK = "20261125T153700Z-vm"  # H100, 1B, llama-bench in 5 interleaved pairs
+TUNE_7B = "20261125T160940Z-vm"  # H100, the 7B tune within verify.tune_budget_s
+FORK = "20261125T144314Z-vm"  # guide 002's fork, CPU-only
+OPENBLAS = "20261125T144256Z-vm"  # OpenBLAS on the CPU-only VM
+RPC = "20261125T155256Z-vm"  # RPC client and server on the CPU-only VM
+OPENBLAS_VS_CPU = "openblas-vs-cpu-vm.txt"
+
+
+def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
+    """openblas_vs_cpu.py's final table: a model's row, its N-th number (pp openblas, pp cpu, pp ratio, tg ...)."""
+    def read() -> float:
+        line = next(x for x in _text(RESULTS / OPENBLAS_VS_CPU).splitlines() if x.startswith(f"{model}-Q8_0 "))
+        return float(line.split()[1 + column])
+    return read
+
+
+def openblas_round(model: str, number: int, wheel: str, test: str) -> Callable[[], float]:
+    """One round's rate in openblas_vs_cpu.py's log lines."""
+    def read() -> float:
+        pattern = rf"^\s*{model} round {number}\s+{wheel}: .*?{test}\d+\s+([\d.]+) t/s"
+        return float(re.search(pattern, _text(RESULTS / OPENBLAS_VS_CPU), re.MULTILINE).group(1))
+    return read
+
+
+def rpc_point(ngl: int) -> Callable[[], float]:
+    return lambda: next(p["tg_tokens_per_s"] for p in _json(REF / RPC / "verify-attempt-1.json")["rpc"]["points"]
+                        if p["n_gpu_layers"] == ngl)
 
 
 # ---------------------------------------------------------------- reading the archived files
@@ -70,7 +97,7 @@ def _json(path: Path) -> dict:
 
 def _dig(data, dotted: str):
     for key in dotted.split("."):
-        data = data[key]
+        data = data[int(key)] if isinstance(data, list) else data[key]
     return data
 
 
@@ -330,6 +357,29 @@ def corpus_tables() -> str:
 
 F = Figure
 FIGURES = [
+    # README.md and outputs/reference/README.md: the fork, OpenBLAS and RPC on the CPU-only VM
+    F(README, "The cold build took {} s (311 ninja steps)", build(FORK, 1, "duration_s"), ".0f"),
+    F(README, "The cold build took 2755 s ({} ninja steps)", ninja_total(REF / FORK / "build-attempt-1.log")),
+    F(RUNS, "built cold in {} s (311 ninja steps, libmtmd", build(FORK, 1, "duration_s"), ".0f"),
+    F(RUNS, "built cold in 2755 s ({} ninja steps, libmtmd", ninja_total(REF / FORK / "build-attempt-1.log")),
+    F(README, "the 1B-shaped model 8.8 against {} t/s", openblas_vs_cpu("1b", 1), ".1f"),
+    F(README, "184.1 against {} t/s (ratio 0.56", openblas_vs_cpu("tiny", 1), ".1f"),
+    F(README, "(the tiny model's: 5.4 to {} t/s)", openblas_round("tiny", 3, "openblas", "tg"), ".1f"),
+    F(README, "from the same tree ({} s: an earlier run", verify(RPC, 1, "rpc.servers.0.build.build_s"), ".1f"),
+    F(RUNS, "from the same tree ({} s: an earlier run", verify(RPC, 1, "rpc.servers.0.build.build_s"), ".1f"),
+    F(README, "(top-1 agreement {} %; both sides", per_cent(verify(RPC, 1, "rpc.agreement.top1_agreement")), ".0f"),
+    F(README, "token generation {} t/s with 0, 0.8 with 2", rpc_point(0), ".1f"),
+    F(README, "the server then holding {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"), ".1f"),
+    F(README, "MiB of weights ({} MiB with 2)", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.2"), ".1f"),
+    F(README, "without a server, locally: {} t/s", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "built cold in {} s; verify ok", build(OPENBLAS, 1, "duration_s"), ".0f"),
+    F(RUNS, "pp512 {} t/s, tg32", point(OPENBLAS, 1, 0, "pp_tokens_per_s"), ".1f"),
+    F(RUNS, "t/s, tg32 {} t/s (tiny model)", point(OPENBLAS, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "tg 4.1 / 0.8 / {} t/s with 0 / 2 / 5", rpc_point(5), ".1f"),
+    F(RUNS, "layers sent, {} t/s locally", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "t/s locally; {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"), ".1f"),
+    # README.md: Verify against llama-bench, and the tune, on an H100
+    F(README, "verify with the tune took {} s in", step_s(TUNE_7B, "verify"), ".1f"),
     # README.md: Use it
     F(README, "one cold CPU build took {} s on a 2-core VM", case(CPU_VM, "b"), ".1f"),
     # README.md: The steps
@@ -581,7 +631,17 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{CPU_VM}, its table", results_table(CPU_VM, "AMD EPYC")),
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
     Excerpt(README, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
+    Excerpt(README, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}", lambda: _yardstick().table(REF / YARDSTICK)),
+    Excerpt(README, f"benchmarks/yardstick_table.py --tune outputs/reference/{TUNE_7B}",
+            lambda: _yardstick().tune_table(REF / TUNE_7B)),
 ]
+
+
+def _yardstick():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import yardstick_table
+
+    return yardstick_table
 
 
 # ---------------------------------------------------------------- the tests
