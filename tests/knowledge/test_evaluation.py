@@ -22,12 +22,26 @@ def scores(diagnosis_tables):
     return results
 
 
+# The goal is not met yet (README's test table): the test stays, marked so that CI runs it and shows what is short,
+# and strict, so that the day the goal is met this marker fails the run and must go.
+@pytest.mark.xfail(strict=True, reason="issue 22 is open: the test part is below the goal (README.md's table)")
 def test_test_part_meets_the_goal(scores):
     test = scores["test"]
     if not test.failure_logs:
         pytest.skip("the corpus has no test logs yet")
     short = test.meets(GOAL)
     assert not short, "the test part misses the goal:\n" + "\n".join(short)
+
+
+# What the rules reached on the test part when they were last written from train (README.md's test table): a
+# change that names fewer of the logs nobody tuned to, or finds anything in a clean one, is a regression.
+REACHED_ON_TEST = 71
+
+
+def test_the_test_part_does_not_fall_below_what_it_reached(scores):
+    test = scores["test"]
+    assert test.clean_findings == 0
+    assert test.named >= REACHED_ON_TEST, test.table()
 
 
 def test_clean_train_logs_give_no_finding(scores):
