@@ -30,7 +30,7 @@ from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
 from playbook.verify.step import VerifyResult
-from playbook.verify.sweep import plot_description
+from playbook.interfaces.tables import plot_alt
 
 
 @dataclass
@@ -104,9 +104,7 @@ def read_summary(run_dir: Path) -> RunSummary:
         attempts=attempts,
         notebooks=[p.name for p in layout.notebooks()],
         plot_png=plot if plot and (run.path / plot).is_file() else "",
-        plot_alt=plot_description(verified[-1].verify.points, verified[-1].verify.probe.result is None or
-                                  bool(verified[-1].verify.probe.result.get("supports_gpu_offload")))
-        if verified else "",
+        plot_alt=plot_alt(verified[-1].verify) if verified else "",
         check_lines=check.lines(),
         check_ok=check.ok,
         tune_text=next((layout.tune_report(n).read_text(encoding="utf-8") for n in reversed(layout.attempts("tune"))
