@@ -20,6 +20,7 @@ import nbformat
 from nbconvert import HTMLExporter
 from papermill.iorw import papermill_io
 
+from playbook.interfaces.tables import plot_alt
 from playbook.knowledge.failures import Finding
 from playbook.runfolder.folder import RunFolder, RunRecord
 from playbook.runfolder.integrity import check_run
@@ -30,7 +31,6 @@ from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
 from playbook.verify.step import VerifyResult
-from playbook.interfaces.tables import plot_alt
 
 
 @dataclass
