@@ -174,6 +174,11 @@ def _default_attempt(run: RunFolder, step: Step) -> int:
     return 1
 
 
+# The kernel's own log (its TCP transport warning, the interrupt it logs as it shuts down) says nothing about
+# the notebook it runs; the notebook's errors reach papermill either way. For every notebook the playbook executes.
+QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]
+
+
 def execute_step(run: RunFolder, call: StepCall, *, verbose: bool = False) -> StepRecord:
     """Execute one step notebook into the run folder. The step records its own outcome; a notebook
     that raised is recorded as ``error`` and raised as :class:`StepFailed`."""
@@ -188,9 +193,7 @@ def execute_step(run: RunFolder, call: StepCall, *, verbose: bool = False) -> St
         papermill.execute_notebook(
             str(resources.notebook(call.step.value)), str(output), parameters=parameters, kernel_name="python3",
             cwd=str(run.path), log_output=verbose, progress_bar=False,
-            # The kernel's own log (transport warnings, the interrupt it logs as it shuts down) says nothing
-            # about the step; the step's errors reach the notebook and run.json either way.
-            extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
+            extra_arguments=[] if verbose else QUIET_KERNEL,
         )
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"
