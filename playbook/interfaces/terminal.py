@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,14 +22,20 @@ from playbook.runfolder.layout import RUN, Step
 from playbook.serialization import read_json
 
 POLL_S = 0.5
+# Where stderr is not a terminal (a log file, CI, nohup) tqdm draws nothing: a plain line this often instead.
+PLAIN_PROGRESS_S = 30.0
 
 
 class ConsoleReporter:
-    """The ``on_event`` callback of :func:`playbook.chain.drive` for a person at a terminal."""
+    """The ``on_event`` callback of :func:`playbook.chain.drive` for a person at a terminal. Where
+    stderr is no terminal, progress is a plain line on ``stream`` every ``plain_every_s`` seconds."""
 
-    def __init__(self, stream: TextIO = sys.stdout, progress: bool = True):
+    def __init__(self, stream: TextIO = sys.stdout, progress: bool = True, plain_every_s: float = PLAIN_PROGRESS_S,
+                 terminal: bool | None = None):
         self.stream = stream
         self.progress = progress
+        self.plain_every_s = plain_every_s
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self.run: RunFolder | None = None
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -70,24 +77,35 @@ class ConsoleReporter:
 
         assert self.run is not None
         layout = self.run.layout
-        # disable=None: no bar where stderr is not a terminal (a log file, CI): the step lines say it all.
+        started = time.monotonic()
+        next_line = started + self.plain_every_s
         if call.step is Step.BUILD:
-            bar = tqdm(total=None, desc="  configuring", unit="step", file=sys.stderr, leave=False, disable=None)
+            bar = tqdm(total=None, desc="  configuring", unit="step", file=sys.stderr, leave=False,
+                       disable=not self.terminal)
             while not self._stop.wait(POLL_S):
                 progress = last_progress_of(layout.build_log(call.attempt))
                 if progress.total and (progress.done, progress.total) != (bar.n, bar.total):
                     bar.set_description("  compiling", refresh=False)
                     bar.total, bar.n = progress.total, progress.done
                     bar.refresh()
+                if not self.terminal and time.monotonic() >= next_line:
+                    next_line += self.plain_every_s
+                    done = (f"compiling [{progress.done}/{progress.total}] {100 * progress.done // progress.total}%"
+                            if progress.total else "configuring")
+                    self.say(f"  {call.label}: {done}, {time.monotonic() - started:.0f} s")
         else:
             expected = expected_sweep_points(self.run)
             bar = tqdm(total=expected or None, desc="  measuring", unit="point", file=sys.stderr, leave=False,
-                       disable=None)
+                       disable=not self.terminal)
             while not self._stop.wait(POLL_S):
                 done = len(layout.bench_logs(call.attempt))
                 if done != bar.n:
                     bar.n = done
                     bar.refresh()
+                if not self.terminal and time.monotonic() >= next_line:
+                    next_line += self.plain_every_s
+                    self.say(f"  {call.label}: measured {done}" + (f" of {expected}" if expected else "")
+                             + f" sweep points, {time.monotonic() - started:.0f} s")
         bar.close()
 
 
