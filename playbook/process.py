@@ -13,13 +13,14 @@ On a limit the child's whole process group is killed (compilers are grandchildre
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,29 +72,37 @@ def run_streaming(
     outcome = StreamOutcome(returncode=None, duration_s=0.0)
     last_output = started
     ended = False
-    while not ended:
-        try:
-            line = lines.get(timeout=poll_s)
-        except queue.Empty:
-            line = ""
-        now = time.monotonic()
-        if line is None:
-            ended = True
-        elif line:
-            last_output = now
-            on_line(line)
-        outcome.silent_for_s = max(outcome.silent_for_s, now - last_output)
-        if ended:
-            break
-        if now - started > timeout_s:
-            outcome.timed_out = True
-        elif silence_timeout_s is not None and now - last_output > silence_timeout_s:
-            outcome.stalled = True
-        if outcome.stopped:
-            running = session_processes(proc.pid)
-            outcome.still_running = [command for _, command in running]
-            kill_group(proc, running)
-            break
+    try:
+        with _terminate_as_interrupt():
+            while not ended:
+                try:
+                    line = lines.get(timeout=poll_s)
+                except queue.Empty:
+                    line = ""
+                now = time.monotonic()
+                if line is None:
+                    ended = True
+                elif line:
+                    last_output = now
+                    on_line(line)
+                outcome.silent_for_s = max(outcome.silent_for_s, now - last_output)
+                if ended:
+                    break
+                if now - started > timeout_s:
+                    outcome.timed_out = True
+                elif silence_timeout_s is not None and now - last_output > silence_timeout_s:
+                    outcome.stalled = True
+                if outcome.stopped:
+                    running = session_processes(proc.pid)
+                    outcome.still_running = [command for _, command in running]
+                    kill_group(proc, running)
+                    break
+    except BaseException:
+        # Ctrl-C (the kernel's interrupt) or the kernel told to stop: the child's session runs apart from
+        # ours and would compile on, orphaned; it ends with us, at once.
+        kill_group(proc)
+        proc.wait()
+        raise
     outcome.returncode = proc.wait()
     reader.join(timeout=5)
     while not lines.empty():  # what the child printed before it was killed
@@ -101,6 +110,24 @@ def run_streaming(
             on_line(line)
     outcome.duration_s = round(time.monotonic() - started, 2)
     return outcome
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while the block runs (in the main thread: a kernel executing a
+    step, which its manager ends with SIGTERM when the run is interrupted), so the caller can clean up."""
+    if threading.current_thread() is not threading.main_thread() or os.name != "posix":
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_captured(
