@@ -281,3 +281,5 @@ def test_ctrl_c_stops_pip_ninja_and_the_compiler_at_once(tmp_path):
     assert stopped_after_s < 8, f"the compiler ran on for {stopped_after_s:.0f} s after SIGINT\n{shown[-2000:]}"
     (run_dir,) = outputs.iterdir()
     assert RunFolder(run_dir).record().outcome is Outcome.INTERRUPTED, shown[-2000:]
+    [problem] = check_run(run_dir).problems  # what happened and what to run, not "written before attestation"
+    assert "the run was interrupted or killed during build (attempt 1)" in problem and "playbook resume" in problem
