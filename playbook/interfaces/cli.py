@@ -147,6 +147,7 @@ def _run(args: argparse.Namespace) -> int:
                                       on_event=reporter))
     import tempfile
 
+    reporter.uploaded_to = output
     with tempfile.TemporaryDirectory(prefix="playbook-run-") as local:
         try:
             run = run_chain(params, source, Path(local), force=args.force, verbose=args.verbose, on_event=reporter)

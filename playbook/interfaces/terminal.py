@@ -31,8 +31,11 @@ class ConsoleReporter:
     stderr is no terminal, progress is a plain line on ``stream`` every ``plain_every_s`` seconds."""
 
     def __init__(self, stream: TextIO = sys.stdout, progress: bool = True, plain_every_s: float = PLAIN_PROGRESS_S,
-                 terminal: bool | None = None):
+                 terminal: bool | None = None, uploaded_to: str = ""):
         self.stream = stream
+        # s3://bucket/prefix the finished run folder is uploaded to: its temporary local copy is deleted then,
+        # so the summary names the files there.
+        self.uploaded_to = uploaded_to
         self.progress = progress
         self.plain_every_s = plain_every_s
         self.terminal = sys.stderr.isatty() if terminal is None else terminal
@@ -69,7 +72,7 @@ class ConsoleReporter:
 
     def on_finished(self, run: RunFolder) -> None:
         self.say()
-        for line in summary_lines(run):
+        for line in summary_lines(run, self.uploaded_to):
             self.say(line)
 
     def _poll(self, call: StepCall) -> None:
@@ -167,9 +170,10 @@ def changed_arguments(run: RunFolder, attempt: int) -> str:
     return " ".join(added + env)
 
 
-def summary_lines(run: RunFolder) -> list[str]:
+def summary_lines(run: RunFolder, uploaded_to: str = "") -> list[str]:
     """The end of a run: where the wheel is and how to install it, what it is, what was repaired, how
-    fast it ran, and where the report is."""
+    fast it ran, and where the report is. ``uploaded_to``: the s3:// prefix the run folder goes to, where
+    its files are once the local copy is gone."""
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
     from playbook.verify.step import VerifyResult
@@ -191,8 +195,15 @@ def summary_lines(run: RunFolder) -> list[str]:
                 how = f"built in {build.duration_s:.0f} s"
             if verify is None or not verify.ok:
                 how += "; it did not pass verify"
-            lines.append(f"wheel: {wheel} ({how})")
-            lines.append(f"  install it: pip install {shlex.quote(str(wheel))}")
+            if uploaded_to:
+                inside = wheel.relative_to(run.path) if wheel.is_absolute() else wheel
+                url = f"{remote_run(uploaded_to, run)}/{inside.as_posix()}"
+                lines.append(f"wheel: {url} ({how})")
+                lines.append(f"  install it: download it (aws s3 cp {shlex.quote(url)} .), then "
+                             f"pip install {shlex.quote(wheel.name)}")
+            else:
+                lines.append(f"wheel: {wheel} ({how})")
+                lines.append(f"  install it: pip install {shlex.quote(str(wheel))}")
         lines.append(f"backend: {plan.backend.value}" + (f", CUDA architectures {plan.cuda_architectures}"
                                                         if plan.cuda_architectures else ""))
         if plan.remembered_repairs:
@@ -208,7 +219,17 @@ def summary_lines(run: RunFolder) -> list[str]:
                 where = f"with {full.n_gpu_layers} layers on the GPU" if full.n_gpu_layers else "on the CPU"
                 lines.append(f"throughput {where}: token generation {full.tg_tokens_per_s:.1f} t/s, "
                              f"prompt processing {full.pp_tokens_per_s:.1f} t/s")
+    if uploaded_to:
+        lines.append(f"details: {remote_run(uploaded_to, run)} ({RUN}, the executed notebooks, logs)")
+        lines.append(f"  check it there: playbook check {shlex.quote(remote_run(uploaded_to, run))}")
+        return lines
     lines.append(f"details: {run.path} ({RUN}, the executed notebooks, logs)")
     lines.append(f"  report: playbook report {shlex.quote(str(run.path))}   "
                  f"(writes {run.layout.report_index})")
     return lines
+
+
+def remote_run(uploaded_to: str, run: RunFolder) -> str:
+    from playbook.runfolder.remote import S3Location
+
+    return S3Location.parse(uploaded_to).child(run.path.name).url
