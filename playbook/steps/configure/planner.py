@@ -100,6 +100,7 @@ class Planner:
         self._remembered_repairs()
         self._user_arguments()
         self._jobs()
+        registry.unit(self.backend).expected_build_time(self)
         self._source()
         return self._build_plan()
 
