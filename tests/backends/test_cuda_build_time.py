@@ -49,3 +49,10 @@ def test_a_short_cuda_build_is_a_decision_not_a_warning():
     plan = configure(machine("gpu-machine-h200"), load_params(PARAMS_DIR / "cuda-native.yaml", ["build.jobs=16"]))
     [decision] = [d for d in plan.decisions if d.what == "expected build time"]
     assert decision.value == f"about {_expected_minutes(1, 16)} min" and "cuda-build-long" not in plan.warning_codes()
+
+
+def test_the_readme_quotes_the_measured_build():
+    measured = measured_cuda_build()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"{measured.cuda_objects} CUDA objects for two architectures on {measured.jobs} jobs in "
+            f"{measured.wall_s:.0f} s") in readme and measured.architectures == 2
