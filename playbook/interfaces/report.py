@@ -201,7 +201,7 @@ _TEMPLATES = {
 <h2>Executed notebooks</h2>
 <table><tr><th>step</th><th>attempt</th><th>outcome</th><th>time</th><th>notebook</th></tr>
 {% for st in s.record.steps or [] %}<tr><td>{{ st.step }}</td><td>{{ st.attempt }}</td><td class="{{ st.outcome }}">{{ st.outcome }}{% if st.message %}: {{ st.message }}{% endif %}</td>
-<td>{{ st.duration_s }} s</td><td><a href="{{ Path(st.notebook).stem }}.html">{{ st.notebook }}</a></td></tr>{% endfor %}
+<td>{{ st.duration_s }} s</td><td>{% if st.notebook %}<a href="{{ Path(st.notebook).stem }}.html">{{ st.notebook }}</a>{% else %}none recorded{% endif %}</td></tr>{% endfor %}
 </table>
 
 <h2>Integrity</h2>

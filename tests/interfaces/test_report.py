@@ -45,3 +45,19 @@ def test_the_verify_notebooks_plot_has_alternative_text_in_the_report_page():
     body, _ = HTMLExporter(template_name="basic").from_notebook_node(page)
     assert NBCONVERT_NO_ALT not in body
     assert 'alt="Throughput by layers offloaded to the GPU: token generation from 58.6 tokens/s at 0 layers' in body
+
+
+def test_a_step_without_a_recorded_notebook_gets_no_link(tmp_path):
+    """A step killed before its notebook was named (run.json "notebook": "") is listed without a link to ".html"."""
+    import shutil
+
+    from playbook.interfaces.report import write_report
+
+    run_dir = tmp_path / REFERENCE_RUN.name
+    shutil.copytree(REFERENCE_RUN, run_dir, ignore=shutil.ignore_patterns("report"))
+    record = json.loads((run_dir / "run.json").read_text())
+    record["steps"][-1]["notebook"] = ""
+    (run_dir / "run.json").write_text(json.dumps(record))
+    index = Path(write_report(run_dir)).read_text()
+    assert 'href=".html"' not in index and "none recorded" in index
+    assert 'href="01-detect.html"' in index
