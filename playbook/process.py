@@ -99,8 +99,9 @@ def run_streaming(
                     break
     except BaseException:
         # Ctrl-C (the kernel's interrupt) or the kernel told to stop: the child's session runs apart from
-        # ours and would compile on, orphaned; it ends with us, at once.
-        kill_group(proc)
+        # ours and would compile on, orphaned; it ends with us, at once, before a kernel manager's SIGKILL.
+        with _signals_held():
+            kill_session_now(proc)
         proc.wait()
         raise
     outcome.returncode = proc.wait()
@@ -110,6 +111,58 @@ def run_streaming(
             on_line(line)
     outcome.duration_s = round(time.monotonic() - started, 2)
     return outcome
+
+
+def kill_session_now(proc: subprocess.Popen[str]) -> None:
+    """Kill a child started with ``start_new_session`` and its whole session, fast: its own process group
+    first (pip, CMake, ninja: nothing starts a new compile after that), then the compile commands ninja put in
+    groups of their own, found in /proc where there is one (no ``ps`` to wait for)."""
+    if os.name != "posix":
+        proc.kill()
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    members = _session_members(proc.pid)
+    for pid in members if members is not None else [pid for pid, _ in session_processes(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _session_members(session_id: int) -> list[int] | None:
+    """The processes of a session from /proc (Linux); None where there is no /proc."""
+    proc_root = Path("/proc")
+    if not (proc_root / "self" / "stat").is_file():
+        return None
+    members = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        fields = stat.rsplit(")", 1)[-1].split()  # after "pid (comm)": state ppid pgrp session ...
+        if len(fields) > 3 and fields[3] == str(session_id):
+            members.append(int(entry.name))
+    return members
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait (POSIX) while the block runs: a second Ctrl-C must not cut the cleanup short."""
+    if os.name != "posix":
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager

@@ -265,7 +265,10 @@ def test_ctrl_c_stops_pip_ninja_and_the_compiler_at_once(tmp_path):
         "target_compile_options(tiny PRIVATE -std=c++17 -fconstexpr-loop-limit=2000000000 "
         "-fconstexpr-ops-limit=4000000000000)\ninstall(TARGETS tiny LIBRARY DESTINATION tiny)\n")
     outputs = tmp_path / "outputs"
-    proc = playbook_run(tmp_path, project, outputs, "--set", "build.max_attempts=1")
+    # A shell runs a background job with SIGINT ignored, and a child inherits that: give the run SIGINT's
+    # default, as a terminal's foreground process has it (Python then raises KeyboardInterrupt on it).
+    proc = playbook_run(tmp_path, project, outputs, "--set", "build.max_attempts=1",
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_step(outputs, Step.BUILD)
     deadline = time.monotonic() + 240
     while not _compilers_of(project):
@@ -277,7 +280,10 @@ def test_ctrl_c_stops_pip_ninja_and_the_compiler_at_once(tmp_path):
     while _compilers_of(project) and time.monotonic() - interrupted < 60:
         time.sleep(0.2)
     stopped_after_s = time.monotonic() - interrupted
-    shown = proc.communicate(timeout=120)[0]
+    try:
+        shown = proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
     assert stopped_after_s < 8, f"the compiler ran on for {stopped_after_s:.0f} s after SIGINT\n{shown[-2000:]}"
     (run_dir,) = outputs.iterdir()
     assert RunFolder(run_dir).record().outcome is Outcome.INTERRUPTED, shown[-2000:]
