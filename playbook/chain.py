@@ -12,6 +12,7 @@ the notebook records how it ended in ``run.json`` (:meth:`RunFolder.begin_step` 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -116,11 +117,32 @@ def open_step(step: str | Step, run_dir: str | Path = "", attempt: int = 0, inte
         _change_params(run, params_file, changes)
     call = StepCall(step, attempt or _default_attempt(run, step))
     check_predecessor(run, call)
-    kept = archive_rerun(run.path, step, call.attempt) if interactive else None
+    executing = notebook_being_executed(run, step)
+    kept = archive_rerun(run.path, step, call.attempt, keep=[executing] if executing else []) if interactive else None
     if kept is not None:
         print(f"{step.value} ran before in this run: its earlier files are kept in {kept.relative_to(run.path)}")
-    run.begin_step(call.step, call.attempt, earlier_kept=kept.relative_to(run.path).as_posix() if kept else "")
+    run.begin_step(call.step, call.attempt, earlier_kept=kept.relative_to(run.path).as_posix() if kept else "",
+                   notebook=executing.name if executing else "")
     return run, call
+
+
+def notebook_being_executed(run: RunFolder, step: Step) -> Path | None:
+    """The notebook in the run folder that papermill is executing for ``step`` right now: papermill writes
+    its output notebook before the first cell runs, marked started and not ended, with its input path and
+    parameters (``papermill notebooks/detect.ipynb outputs/mine/01-detect.ipynb -p run_dir outputs/mine``).
+    Its name goes into run.json, and an interactive step does not take it for an earlier run's file."""
+    found: list[tuple[str, Path]] = []
+    for path in run.path.glob("*.ipynb"):
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("papermill", {})
+        except (OSError, ValueError):
+            continue
+        run_dir = str(meta.get("parameters", {}).get("run_dir") or "")
+        if (meta.get("start_time") and meta.get("end_time") is None
+                and Path(str(meta.get("input_path", ""))).stem == step.value
+                and (not run_dir or Path(run_dir).expanduser().absolute() == run.path)):
+            found.append((str(meta["start_time"]), path))
+    return max(found)[1] if found else None
 
 
 def _run_folder(step: Step, run_dir: str | Path, params_file: str, changes: dict[str, Any],
@@ -174,6 +196,11 @@ def _default_attempt(run: RunFolder, step: Step) -> int:
     return 1
 
 
+# The kernel's own log (its TCP transport warning, the interrupt it logs as it shuts down) says nothing about
+# the notebook it runs; the notebook's errors reach papermill either way. For every notebook the playbook executes.
+QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]
+
+
 def execute_step(run: RunFolder, call: StepCall, *, verbose: bool = False) -> StepRecord:
     """Execute one step notebook into the run folder. The step records its own outcome; a notebook
     that raised is recorded as ``error`` and raised as :class:`StepFailed`."""
@@ -188,9 +215,7 @@ def execute_step(run: RunFolder, call: StepCall, *, verbose: bool = False) -> St
         papermill.execute_notebook(
             str(resources.notebook(call.step.value)), str(output), parameters=parameters, kernel_name="python3",
             cwd=str(run.path), log_output=verbose, progress_bar=False,
-            # The kernel's own log (transport warnings, the interrupt it logs as it shuts down) says nothing
-            # about the step; the step's errors reach the notebook and run.json either way.
-            extra_arguments=[] if verbose else ["--IPKernelApp.log_level=CRITICAL"],
+            extra_arguments=[] if verbose else QUIET_KERNEL,
         )
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"

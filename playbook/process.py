@@ -13,13 +13,14 @@ On a limit the child's whole process group is killed (compilers are grandchildre
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,29 +72,38 @@ def run_streaming(
     outcome = StreamOutcome(returncode=None, duration_s=0.0)
     last_output = started
     ended = False
-    while not ended:
-        try:
-            line = lines.get(timeout=poll_s)
-        except queue.Empty:
-            line = ""
-        now = time.monotonic()
-        if line is None:
-            ended = True
-        elif line:
-            last_output = now
-            on_line(line)
-        outcome.silent_for_s = max(outcome.silent_for_s, now - last_output)
-        if ended:
-            break
-        if now - started > timeout_s:
-            outcome.timed_out = True
-        elif silence_timeout_s is not None and now - last_output > silence_timeout_s:
-            outcome.stalled = True
-        if outcome.stopped:
-            running = session_processes(proc.pid)
-            outcome.still_running = [command for _, command in running]
-            kill_group(proc, running)
-            break
+    try:
+        with _terminate_as_interrupt():
+            while not ended:
+                try:
+                    line = lines.get(timeout=poll_s)
+                except queue.Empty:
+                    line = ""
+                now = time.monotonic()
+                if line is None:
+                    ended = True
+                elif line:
+                    last_output = now
+                    on_line(line)
+                outcome.silent_for_s = max(outcome.silent_for_s, now - last_output)
+                if ended:
+                    break
+                if now - started > timeout_s:
+                    outcome.timed_out = True
+                elif silence_timeout_s is not None and now - last_output > silence_timeout_s:
+                    outcome.stalled = True
+                if outcome.stopped:
+                    running = session_processes(proc.pid)
+                    outcome.still_running = [command for _, command in running]
+                    kill_group(proc, running)
+                    break
+    except BaseException:
+        # Ctrl-C (the kernel's interrupt) or the kernel told to stop: the child's session runs apart from
+        # ours and would compile on, orphaned; it ends with us, at once, before a kernel manager's SIGKILL.
+        with _signals_held():
+            kill_session_now(proc)
+        proc.wait()
+        raise
     outcome.returncode = proc.wait()
     reader.join(timeout=5)
     while not lines.empty():  # what the child printed before it was killed
@@ -101,6 +111,76 @@ def run_streaming(
             on_line(line)
     outcome.duration_s = round(time.monotonic() - started, 2)
     return outcome
+
+
+def kill_session_now(proc: subprocess.Popen[str]) -> None:
+    """Kill a child started with ``start_new_session`` and its whole session, fast: its own process group
+    first (pip, CMake, ninja: nothing starts a new compile after that), then the compile commands ninja put in
+    groups of their own, found in /proc where there is one (no ``ps`` to wait for)."""
+    if os.name != "posix":
+        proc.kill()
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    members = _session_members(proc.pid)
+    for pid in members if members is not None else [pid for pid, _ in session_processes(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _session_members(session_id: int) -> list[int] | None:
+    """The processes of a session from /proc (Linux); None where there is no /proc."""
+    proc_root = Path("/proc")
+    if not (proc_root / "self" / "stat").is_file():
+        return None
+    members = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        fields = stat.rsplit(")", 1)[-1].split()  # after "pid (comm)": state ppid pgrp session ...
+        if len(fields) > 3 and fields[3] == str(session_id):
+            members.append(int(entry.name))
+    return members
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait (POSIX) while the block runs: a second Ctrl-C must not cut the cleanup short."""
+    if os.name != "posix":
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while the block runs (in the main thread: a kernel executing a
+    step, which its manager ends with SIGTERM when the run is interrupted), so the caller can clean up."""
+    if threading.current_thread() is not threading.main_thread() or os.name != "posix":
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_captured(

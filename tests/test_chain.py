@@ -195,6 +195,38 @@ def test_playbook_chain_and_papermill_cli_write_the_same_run_folder(tmp_path):
     assert chain_steps == hand_steps and len(chain_steps) == 3
 
 
+def test_a_folder_made_step_by_step_names_its_notebooks_and_check_says_to_resume(tmp_path):
+    """Issue 25: the README's papermill lines (interactive left at its default, each output notebook in the run
+    folder) filed an empty copy of each notebook under history/, recorded "notebook": "" in run.json, and
+    `playbook check` failed with "no manifest.json". The notebook papermill is writing is this step's own; the
+    unended run says what happened and what to run; resumed, the folder is sealed and checks whole."""
+    from playbook.interfaces.cli import main
+    from playbook.runfolder.integrity import check_run
+
+    run_dir = tmp_path / "outputs" / "mine"
+    run_dir.mkdir(parents=True)
+    run = RunFolder(run_dir)
+    source = json.dumps({"kind": "path", "path": str(cmake_project(tmp_path))})
+    for call in (DETECT, CONFIGURE, StepCall(Step.BUILD, 1)):
+        done = subprocess.run([*PAPERMILL, str(resources.notebook(call.step.value)),
+                               str(run.layout.notebook(call.step, call.attempt)), "-p", "run_dir", str(run_dir),
+                               "-p", "backend", "cpu", "-p", "source", source, "-p", "build", '{"ccache": "off"}'],
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert not (run_dir / "history").exists()
+    steps = run.record().steps
+    assert [s.notebook for s in steps] == ["01-detect.ipynb", "02-configure.ipynb", "03-build-attempt-1.ipynb"]
+    assert all(s.outcome is Outcome.OK for s in steps) and all((run_dir / s.notebook).is_file() for s in steps)
+    [problem] = check_run(run_dir).problems
+    assert "the run stopped after build (attempt 1) (ok) without ending" in problem
+    assert f"`playbook resume {run_dir}` runs the steps left and seals it" in problem
+
+    main(["resume", str(run_dir)])  # verify fails (the tiny wheel is no llama_cpp): the run ends, sealed
+    assert run.record().outcome is Outcome.FAILED
+    assert check_run(run_dir).ok, check_run(run_dir).lines()
+    assert [s.notebook for s in run.record().steps][:3] == [s.notebook for s in steps]
+
+
 def readme_block(heading: str) -> list[str]:
     """The command lines of the first ```bash block under a README heading."""
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()

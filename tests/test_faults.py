@@ -240,3 +240,52 @@ def test_paths_with_spaces_and_non_ascii_characters_work(tmp_path):
     assert build.outcome is Outcome.OK, shown
     assert check_run(run_dir).ok
     shutil.rmtree(home / "cache", ignore_errors=True)
+
+
+# A compile that takes minutes: GCC evaluates a constexpr loop of 3e8 steps (no launcher, no sleep).
+SLOW_SOURCE = """
+constexpr unsigned long spin(unsigned long n) { unsigned long s = 0; for (unsigned long i = 0; i < n; ++i) s += i % 7; return s; }
+constexpr unsigned long value = spin(300000000UL);
+unsigned long tiny() { return value; }
+"""
+
+
+def _compilers_of(project: Path) -> list[str]:
+    listed = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, timeout=30, check=False)
+    return [line for line in listed.stdout.splitlines() if "cc1plus" in line and str(project) in line]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs GCC: the slow compile is GCC's constexpr evaluation")
+def test_ctrl_c_stops_pip_ninja_and_the_compiler_at_once(tmp_path):
+    """Issue 25: after Ctrl-C, pip and ninja kept compiling for about 20 s. The build runs in a session of
+    its own (so that a limit can kill it whole); an interrupt must kill that session too, at once."""
+    project = compiled_project(tmp_path, source_text=SLOW_SOURCE)
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.15)\nproject(tiny LANGUAGES CXX)\nadd_library(tiny SHARED tiny.cpp)\n"
+        "target_compile_options(tiny PRIVATE -std=c++17 -fconstexpr-loop-limit=2000000000 "
+        "-fconstexpr-ops-limit=4000000000000)\ninstall(TARGETS tiny LIBRARY DESTINATION tiny)\n")
+    outputs = tmp_path / "outputs"
+    # A shell runs a background job with SIGINT ignored, and a child inherits that: give the run SIGINT's
+    # default, as a terminal's foreground process has it (Python then raises KeyboardInterrupt on it).
+    proc = playbook_run(tmp_path, project, outputs, "--set", "build.max_attempts=1",
+                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    wait_for_step(outputs, Step.BUILD)
+    deadline = time.monotonic() + 240
+    while not _compilers_of(project):
+        assert time.monotonic() < deadline and proc.poll() is None, "the build did not reach the compiler"
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the terminal's foreground process
+    interrupted = time.monotonic()
+    while _compilers_of(project) and time.monotonic() - interrupted < 60:
+        time.sleep(0.2)
+    stopped_after_s = time.monotonic() - interrupted
+    try:
+        shown = proc.communicate(timeout=120)[0]
+    finally:
+        proc.kill()
+    assert stopped_after_s < 8, f"the compiler ran on for {stopped_after_s:.0f} s after SIGINT\n{shown[-2000:]}"
+    (run_dir,) = outputs.iterdir()
+    assert RunFolder(run_dir).record().outcome is Outcome.INTERRUPTED, shown[-2000:]
+    [problem] = check_run(run_dir).problems  # what happened and what to run, not "written before attestation"
+    assert "the run was interrupted or killed during build (attempt 1)" in problem and "playbook resume" in problem

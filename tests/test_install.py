@@ -3,6 +3,7 @@ and the installed playbook works from a folder that is not the checkout."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -66,3 +67,17 @@ def test_installed_wheel_plans_and_runs_a_step_outside_the_checkout(wheel, tmp_p
     assert step.returncode == 0, step.stderr[-3000:]
     assert (work / "runs" / "first" / "detect.json").is_file()
     assert (work / "runs" / "first" / "run.json").is_file()
+
+
+def test_the_project_builds_without_build_isolation_in_its_own_venv(tmp_path):
+    """`pip install --no-build-isolation .` uses the venv's setuptools, which must read pyproject.toml's
+    PEP 639 license (setuptools >= 77: scripts/setup-venv.sh installs it; Python 3.11's venv brings 65)."""
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "outputs", "tests", "build",
+                                                                 "*.egg-info", "__pycache__"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
+                           str(tmp_path / "wheels"), str(source)], check=False, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    (built,) = (tmp_path / "wheels").glob("llama_cpp_playbook-*.whl")
+    assert "playbook/_bundled/params/cpu.yaml" in zipfile.ZipFile(built).namelist()

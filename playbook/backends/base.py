@@ -114,3 +114,6 @@ class BackendUnit:
     def device(self, facts: Facts) -> str:
         """The device its wheel offloads to on this machine, named; empty when there is none."""
         return ""
+
+    def expected_build_time(self, planner: Planner) -> None:
+        """Once the parallel jobs are decided: say how long the build will take here, where it is measured."""

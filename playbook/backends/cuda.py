@@ -148,6 +148,41 @@ def configure(planner: Planner) -> None:
         check_gcc(planner, toolkit)
 
 
+# A build expected to take longer than this on a machine without a GPU (built for another) is a warning too.
+LONG_BUILD_S = 15 * 60
+
+
+def expected_build_time(planner: Planner) -> None:
+    """How long this CUDA build takes here, from the measured build in cuda.yaml's build_time: its seconds per
+    CUDA object and architecture on one compile job, times this plan's objects and architectures, over its jobs."""
+    measured = compatibility.measured_cuda_build()
+    architectures = architecture_count(planner)
+    seconds = measured.cuda_objects * architectures * measured.seconds_per_object / max(1, planner.jobs)
+    reason = (f"{measured.cuda_objects} CUDA objects × {architectures} architecture(s) × "
+              f"{measured.seconds_per_object:.0f} s per object and architecture on one compile job, over "
+              f"{planner.jobs} job(s); measured in {measured.source.split(' ')[0]} ({measured.steps} steps in "
+              f"{measured.wall_s:.0f} s on a 2-core VM without a GPU, other builds beside it; the C++ steps "
+              "included): a rough guide")
+    planner.decide("expected build time", f"about {seconds / 60:.0f} min", reason)
+    if seconds > LONG_BUILD_S and not planner.facts.gpus:  # a forced build on a machine without a GPU
+        planner.warn("cuda-build-long", f"this CUDA build takes about {seconds / 60:.0f} min here ({reason}); fewer "
+                     "architectures, more cores, or a warm or remote compiler cache (build.ccache_remote) shorten it")
+
+
+def architecture_count(planner: Planner) -> int:
+    """How many architectures nvcc compiles each CUDA object for: the entries of cuda.architectures, or
+    what native, all and all-major stand for here."""
+    value = str(planner.architectures)
+    known = planner.toolkit.gpu_architectures if planner.toolkit else []
+    if value == "native":
+        return max(1, len({gpu.arch for gpu in planner.facts.gpus}))
+    if value == "all":
+        return max(1, len(known))
+    if value == "all-major":
+        return max(1, len([a for a in known if a.endswith("0")]))
+    return max(1, len([entry for entry in value.split(";") if entry]))
+
+
 def check_driver_library(planner: Planner, toolkit: CudaToolkit) -> None:
     """No driver and no stub libcuda (a builder without a GPU; PyPI's wheels ship no stub): ggml-cuda links
     libcuda only for its virtual-memory pool, so build without it rather than fail at CMake (libcuda-stub-link)."""
@@ -431,3 +466,6 @@ class CudaBackend(BackendUnit):
     def device(self, facts: Facts) -> str:
         best = facts.best_gpu
         return best.name if best else ""
+
+    def expected_build_time(self, planner: Planner) -> None:
+        expected_build_time(planner)

@@ -153,6 +153,7 @@ def _run(args: argparse.Namespace) -> int:
                                       on_event=reporter))
     import tempfile
 
+    reporter.uploaded_to = output
     with tempfile.TemporaryDirectory(prefix="playbook-run-") as local:
         try:
             run = run_chain(params, source, Path(local), force=args.force, verbose=args.verbose, on_event=reporter)
@@ -255,7 +256,8 @@ def _bundle(args: argparse.Namespace) -> int:
                        max_bytes=int(args.max_size * 2**20) if args.max_size else None,
                        log=lambda line: print(line, file=sys.stderr))
     print(made.summary())
-    print(f"on the target, in the playbook's checkout:\n  {made.command}")
+    print("on the target, in the playbook's checkout (the first line says where the bundle is there):")
+    print("\n".join(f"  {line}" for line in made.command.splitlines()))
     return 0
 
 

@@ -20,6 +20,7 @@ import nbformat
 from nbconvert import HTMLExporter
 from papermill.iorw import papermill_io
 
+from playbook.interfaces.tables import plot_alt
 from playbook.knowledge.failures import Finding
 from playbook.runfolder.folder import RunFolder, RunRecord
 from playbook.runfolder.integrity import check_run
@@ -30,7 +31,6 @@ from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
 from playbook.verify.step import VerifyResult
-from playbook.verify.sweep import plot_description
 
 
 @dataclass
@@ -112,9 +112,7 @@ def read_summary(run_dir: Path) -> RunSummary:
         attempts=attempts,
         notebooks=[p.name for p in layout.notebooks()],
         plot_png=plot if plot and (run.path / plot).is_file() else "",
-        plot_alt=plot_description(verified[-1].verify.points, verified[-1].verify.probe.result is None or
-                                  bool(verified[-1].verify.probe.result.get("supports_gpu_offload")))
-        if verified else "",
+        plot_alt=plot_alt(verified[-1].verify) if verified else "",
         check_lines=check.lines(),
         check_ok=check.ok,
         rpc_png=rpc_png if rpc_png and (run.path / rpc_png).is_file() else "",
@@ -226,7 +224,7 @@ devices {{ srv.devices | join("; ") }}; {{ srv.exit_status }}.</p>{% endfor %}
 <h2>Executed notebooks</h2>
 <table><tr><th>step</th><th>attempt</th><th>outcome</th><th>time</th><th>notebook</th></tr>
 {% for st in s.record.steps or [] %}<tr><td>{{ st.step }}</td><td>{{ st.attempt }}</td><td class="{{ st.outcome }}">{{ st.outcome }}{% if st.message %}: {{ st.message }}{% endif %}</td>
-<td>{{ st.duration_s }} s</td><td><a href="{{ Path(st.notebook).stem }}.html">{{ st.notebook }}</a></td></tr>{% endfor %}
+<td>{{ st.duration_s }} s</td><td>{% if st.notebook %}<a href="{{ Path(st.notebook).stem }}.html">{{ st.notebook }}</a>{% else %}none recorded{% endif %}</td></tr>{% endfor %}
 </table>
 
 <h2>Integrity</h2>

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import html
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 
@@ -12,6 +15,7 @@ from playbook.steps.build import BuildResult, ccache_summary
 from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import Facts
 from playbook.verify.step import VerifyResult
+from playbook.verify.sweep import plot_description
 
 
 def machine_table(facts: Facts) -> pd.DataFrame:
@@ -92,6 +96,21 @@ def build_summary(result: BuildResult) -> pd.DataFrame:
 
 def sweep_table(result: VerifyResult) -> pd.DataFrame:
     return pd.DataFrame([vars(p) for p in result.points])
+
+
+def plot_alt(result: VerifyResult) -> str:
+    """The throughput plot in words: its alternative text in the notebook and the report."""
+    offloads = result.probe.result is None or bool(result.probe.result.get("supports_gpu_offload"))
+    return plot_description(result.points, offloads)
+
+
+def throughput_plot(result: VerifyResult, png: Path):
+    """The plot as an image with its alternative text (IPython's Image has none, and nbconvert warns
+    "Alternative text is missing" when the notebook becomes the report's page)."""
+    from IPython.display import HTML
+
+    data = base64.b64encode(Path(png).read_bytes()).decode()
+    return HTML(f'<img alt="{html.escape(plot_alt(result))}" src="data:image/png;base64,{data}">')
 
 
 class BuildProgress:

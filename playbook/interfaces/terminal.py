@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,14 +22,23 @@ from playbook.runfolder.layout import RUN, Step
 from playbook.serialization import read_json
 
 POLL_S = 0.5
+# Where stderr is not a terminal (a log file, CI, nohup) tqdm draws nothing: a plain line this often instead.
+PLAIN_PROGRESS_S = 30.0
 
 
 class ConsoleReporter:
-    """The ``on_event`` callback of :func:`playbook.chain.drive` for a person at a terminal."""
+    """The ``on_event`` callback of :func:`playbook.chain.drive` for a person at a terminal. Where
+    stderr is no terminal, progress is a plain line on ``stream`` every ``plain_every_s`` seconds."""
 
-    def __init__(self, stream: TextIO = sys.stdout, progress: bool = True):
+    def __init__(self, stream: TextIO = sys.stdout, progress: bool = True, plain_every_s: float = PLAIN_PROGRESS_S,
+                 terminal: bool | None = None, uploaded_to: str = ""):
         self.stream = stream
+        # s3://bucket/prefix the finished run folder is uploaded to: its temporary local copy is deleted then,
+        # so the summary names the files there.
+        self.uploaded_to = uploaded_to
         self.progress = progress
+        self.plain_every_s = plain_every_s
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
         self.run: RunFolder | None = None
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -62,7 +72,7 @@ class ConsoleReporter:
 
     def on_finished(self, run: RunFolder) -> None:
         self.say()
-        for line in summary_lines(run):
+        for line in summary_lines(run, self.uploaded_to):
             self.say(line)
 
     def _poll(self, call: StepCall) -> None:
@@ -70,24 +80,35 @@ class ConsoleReporter:
 
         assert self.run is not None
         layout = self.run.layout
-        # disable=None: no bar where stderr is not a terminal (a log file, CI): the step lines say it all.
+        started = time.monotonic()
+        next_line = started + self.plain_every_s
         if call.step is Step.BUILD:
-            bar = tqdm(total=None, desc="  configuring", unit="step", file=sys.stderr, leave=False, disable=None)
+            bar = tqdm(total=None, desc="  configuring", unit="step", file=sys.stderr, leave=False,
+                       disable=not self.terminal)
             while not self._stop.wait(POLL_S):
                 progress = last_progress_of(layout.build_log(call.attempt))
                 if progress.total and (progress.done, progress.total) != (bar.n, bar.total):
                     bar.set_description("  compiling", refresh=False)
                     bar.total, bar.n = progress.total, progress.done
                     bar.refresh()
+                if not self.terminal and time.monotonic() >= next_line:
+                    next_line += self.plain_every_s
+                    done = (f"compiling [{progress.done}/{progress.total}] {100 * progress.done // progress.total}%"
+                            if progress.total else "configuring")
+                    self.say(f"  {call.label}: {done}, {time.monotonic() - started:.0f} s")
         else:
             expected = expected_sweep_points(self.run)
             bar = tqdm(total=expected or None, desc="  measuring", unit="point", file=sys.stderr, leave=False,
-                       disable=None)
+                       disable=not self.terminal)
             while not self._stop.wait(POLL_S):
                 done = len(layout.bench_logs(call.attempt))
                 if done != bar.n:
                     bar.n = done
                     bar.refresh()
+                if not self.terminal and time.monotonic() >= next_line:
+                    next_line += self.plain_every_s
+                    self.say(f"  {call.label}: measured {done}" + (f" of {expected}" if expected else "")
+                             + f" sweep points, {time.monotonic() - started:.0f} s")
         bar.close()
 
 
@@ -149,9 +170,10 @@ def changed_arguments(run: RunFolder, attempt: int) -> str:
     return " ".join(added + env)
 
 
-def summary_lines(run: RunFolder) -> list[str]:
+def summary_lines(run: RunFolder, uploaded_to: str = "") -> list[str]:
     """The end of a run: where the wheel is and how to install it, what it is, what was repaired, how
-    fast it ran, and where the report is."""
+    fast it ran, and where the report is. ``uploaded_to``: the s3:// prefix the run folder goes to, where
+    its files are once the local copy is gone."""
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
     from playbook.verify.step import VerifyResult
@@ -173,8 +195,15 @@ def summary_lines(run: RunFolder) -> list[str]:
                 how = f"built in {build.duration_s:.0f} s"
             if verify is None or not verify.ok:
                 how += "; it did not pass verify"
-            lines.append(f"wheel: {wheel} ({how})")
-            lines.append(f"  install it: pip install {shlex.quote(str(wheel))}")
+            if uploaded_to:
+                inside = wheel.relative_to(run.path) if wheel.is_absolute() else wheel
+                url = f"{remote_run(uploaded_to, run)}/{inside.as_posix()}"
+                lines.append(f"wheel: {url} ({how})")
+                lines.append(f"  install it: download it (aws s3 cp {shlex.quote(url)} .), then "
+                             f"pip install {shlex.quote(wheel.name)}")
+            else:
+                lines.append(f"wheel: {wheel} ({how})")
+                lines.append(f"  install it: pip install {shlex.quote(str(wheel))}")
         lines.append(f"backend: {plan.backend.value}" + (f", CUDA architectures {plan.cuda_architectures}"
                                                         if plan.cuda_architectures else ""))
         if plan.remembered_repairs:
@@ -190,7 +219,17 @@ def summary_lines(run: RunFolder) -> list[str]:
                 where = f"with {full.n_gpu_layers} layers on the GPU" if full.n_gpu_layers else "on the CPU"
                 lines.append(f"throughput {where}: token generation {full.tg_tokens_per_s:.1f} t/s, "
                              f"prompt processing {full.pp_tokens_per_s:.1f} t/s")
+    if uploaded_to:
+        lines.append(f"details: {remote_run(uploaded_to, run)} ({RUN}, the executed notebooks, logs)")
+        lines.append(f"  check it there: playbook check {shlex.quote(remote_run(uploaded_to, run))}")
+        return lines
     lines.append(f"details: {run.path} ({RUN}, the executed notebooks, logs)")
     lines.append(f"  report: playbook report {shlex.quote(str(run.path))}   "
                  f"(writes {run.layout.report_index})")
     return lines
+
+
+def remote_run(uploaded_to: str, run: RunFolder) -> str:
+    from playbook.runfolder.remote import S3Location
+
+    return S3Location.parse(uploaded_to).child(run.path.name).url

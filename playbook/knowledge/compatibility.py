@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -19,10 +19,33 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
-@lru_cache(maxsize=None)
+@cache
 def knowledge(name: str) -> dict[str, Any]:
     text = resources.files("playbook.knowledge").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
     return yaml.safe_load(text)
+
+
+@dataclass(frozen=True)
+class MeasuredBuild:
+    """One measured CUDA build (cuda.yaml's build_time): what the plan's time estimate scales from."""
+
+    source: str
+    wall_s: float
+    steps: int
+    cuda_objects: int
+    architectures: int
+    jobs: int
+
+    @property
+    def seconds_per_object(self) -> float:
+        """Seconds per CUDA object and architecture on one compile job (the C++ steps spread over them)."""
+        return self.wall_s * self.jobs / (self.cuda_objects * self.architectures)
+
+
+def measured_cuda_build() -> MeasuredBuild:
+    row = knowledge("cuda")["build_time"]
+    return MeasuredBuild(str(row["source"]), float(row["wall_s"]), int(row["steps"]), int(row["cuda_objects"]),
+                         int(row["architectures"]), int(row["jobs"]))
 
 
 @dataclass(frozen=True)

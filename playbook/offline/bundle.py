@@ -563,19 +563,36 @@ def tree_bytes(path: Path) -> int:
 # ----------------------------------------------------------------------------- the bundle
 
 
+BUNDLE_VARIABLE = "BUNDLE"
+
+
 def target_commands(bundle_ref: str, source_name: str, params: str = "params/gpu-reference.yaml") -> list[str]:
-    """The commands to run in the playbook's checkout on the target; ``bundle_ref`` is the
-    bundle's path there (``$PWD/.carry`` for a bundle carried inside the checkout)."""
-    site = f"{bundle_ref}/{SITE_FOLDER}"
+    """The commands to run in the playbook's checkout on the target. The first sets ``$BUNDLE`` to
+    ``bundle_ref``, the bundle's folder there (``"$PWD/.carry/bundle"`` for a bundle carried inside the
+    checkout); the others name the bundle only through ``$BUNDLE``, so a bundle moved elsewhere needs
+    that one line changed."""
+    bundle = f'"${BUNDLE_VARIABLE}"'
+    site = f"{bundle}/{SITE_FOLDER}"
     install = (
         f"python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target {site} "
-        f"{bundle_ref}/wheels/*.whl && export PYTHONPATH={site}:$PWD PATH={site}/bin:$PATH"
+        f'{bundle}/wheels/*.whl && export PYTHONPATH={site}:"$PWD" PATH={site}/bin:"$PATH"'
     )
     run = (
         f"python3 -m playbook run --params {params} --set source.kind=path "
-        f"--set source.path={bundle_ref}/source/{source_name}"
+        f"--set source.path={bundle}/source/{source_name}"
     )
-    return [install, run]
+    return [f"{BUNDLE_VARIABLE}={bundle_ref}", install, run]
+
+
+def bundle_ref_on_target(dest: Path, checkout: Path = PROJECT_ROOT) -> str:
+    """Where the bundle will be on the target, as the commands' first line says it: relative to the
+    checkout the commands run in (made inside it: the same place there; made elsewhere: copied into it
+    under its own name). Never this machine's absolute path, which means nothing on the target."""
+    try:
+        relative = dest.relative_to(checkout).as_posix()
+    except ValueError:
+        relative = dest.name
+    return f'"$PWD/{relative}"'
 
 
 def make_bundle(
@@ -625,20 +642,16 @@ def make_bundle(
     trimmed = trim_source(sdist, source_dir)
     source_bytes = tree_bytes(trimmed.root)
     wheels_bytes = sum(w.stat().st_size for w in wheels)
-    try:
-        bundle_ref = "$PWD/" + dest.relative_to(PROJECT_ROOT).as_posix()
-    except ValueError:
-        bundle_ref = str(dest)
-    commands = target_commands(bundle_ref, trimmed.root.name)
+    commands = target_commands(bundle_ref_on_target(dest), trimmed.root.name)
     bundle = Bundle(
-        path=str(dest),
+        path=dest.name,
         python_version=python_version,
         platforms=platforms,
         wheels=[w.name for w in wheels],
-        source_tree=str(trimmed.root),
+        source_tree=trimmed.root.relative_to(dest).as_posix(),
         source_bytes=source_bytes,
         total_bytes=source_bytes + wheels_bytes,
-        command=" && ".join(commands),
+        command="\n".join(commands),
         wheels_bytes=wheels_bytes,
         sdist_sha256=sha256_of(sdist) if sdist.is_file() else "",
         present_excluded=sorted(reached_present),
@@ -646,7 +659,7 @@ def make_bundle(
     )
     record = {
         **asdict(bundle),
-        "sdist": str(sdist),
+        "sdist": sdist.name,
         "requirements": requirements,
         "pins": [{"name": p.name, "version": p.version, "file": p.filename, "sha256": p.sha256} for p in pins],
         "removed": trimmed.removed,
@@ -678,12 +691,13 @@ def _readme(bundle: Bundle, commands: list[str], trimmed: TrimResult, present: P
         "Offline bundle for `playbook run` (made by playbook.offline.bundle; details in BUNDLE.json).",
         "",
         f"Target: CPython {bundle.python_version} on Linux x86_64 ({', '.join(bundle.platforms)}),",
-        f"with the packages listed in {present or '(no present-packages list)'} already installed.",
+        f"with the packages listed in {present.name if present else '(no present-packages list)'} already installed.",
         f"wheels/: {len(bundle.wheels)} wheels, {bundle.wheels_bytes / mib:.1f} MiB (only what is not present)",
         f"source/{trimmed.root.name}/: the llama-cpp-python sdist (sha256 {bundle.sdist_sha256}) without",
         f"  what no build reads, {bundle.source_bytes / mib:.1f} MiB; removed globs are in BUNDLE.json.",
         "",
-        "Run in the playbook's checkout on the target (no network needed):",
+        "Run in the playbook's checkout on the target (no network needed). The first line says where this",
+        f"folder is there; if you put it elsewhere, change that line only: the others name it as ${BUNDLE_VARIABLE}.",
         "",
         *(f"  {c}" for c in commands),
         "",

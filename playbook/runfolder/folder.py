@@ -162,9 +162,10 @@ class RunFolder:
 
     # ---- run.json's step records: the step opens its record, the step function ends it with
     # what it found, and the chain adds the notebook's name (or records the notebook's error).
-    def begin_step(self, step: Step, attempt: int, earlier_kept: str = "") -> None:
+    def begin_step(self, step: Step, attempt: int, earlier_kept: str = "", notebook: str = "") -> None:
+        """``notebook``: the executed notebook's name where it is known already (papermill writes it first)."""
         record = self.record()
-        record.steps.append(StepRecord(step, "", Outcome.RUNNING, utc_now(), 0.0, attempt,
+        record.steps.append(StepRecord(step, notebook, Outcome.RUNNING, utc_now(), 0.0, attempt,
                                        earlier_kept=earlier_kept))
         self.save_record(record)
 
@@ -186,7 +187,7 @@ class RunFolder:
         """After the notebook ran: its name, its duration, and ``error`` when it raised."""
         record = self.record()
         entry = next((s for s in reversed(record.steps) if s.step == step and s.attempt == attempt
-                      and not s.notebook), None)
+                      and s.notebook in ("", notebook)), None)
         if entry is None:
             entry = StepRecord(step, "", Outcome.RUNNING, utc_now(), 0.0, attempt)
             record.steps.append(entry)

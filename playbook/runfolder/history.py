@@ -10,6 +10,7 @@ wrote a file is :func:`playbook.runfolder.layout.owner_of`'s to say.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from playbook.runfolder.layout import FOLDER_OWNER, HISTORY, Position, Step, owner_of
@@ -29,12 +30,13 @@ def outputs_from(run_dir: Path, step: Step, attempt: int = 1) -> list[Path]:
     return sorted(found)
 
 
-def archive_rerun(run_dir: Path, step: Step, attempt: int = 1) -> Path | None:
+def archive_rerun(run_dir: Path, step: Step, attempt: int = 1, keep: Sequence[Path] = ()) -> Path | None:
     """Move what an earlier execution of ``step`` (and every later step) wrote to a new
-    ``history/`` folder; None when the step has not run before at this attempt."""
+    ``history/`` folder; None when the step has not run before at this attempt. ``keep``: files of this
+    execution already there (the notebook papermill is writing), left in place."""
     run_dir = Path(run_dir)
     step = Step(step)
-    earlier = outputs_from(run_dir, step, attempt)
+    earlier = [path for path in outputs_from(run_dir, step, attempt) if path not in keep]
     if not earlier:
         return None
     target = _new_history_folder(run_dir, step.file_stem(attempt))

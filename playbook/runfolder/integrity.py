@@ -21,7 +21,7 @@ from typing import Any
 
 from playbook.files import sha256_of
 from playbook.runfolder.attestation import is_derived
-from playbook.runfolder.folder import utc_now
+from playbook.runfolder.folder import Outcome, RunFolder, utc_now
 from playbook.runfolder.layout import ATTESTATION, LOCK, MANIFEST
 
 OK, CHANGED, MISSING, ABSENT, UNLISTED = "ok", "changed", "missing", "absent (not archived)", "not in manifest"
@@ -58,8 +58,9 @@ def check_run(run_dir: Path, allow_missing: Sequence[str] = ()) -> CheckResult:
     run_dir = Path(run_dir)
     result = CheckResult(str(run_dir))
     manifest_path = run_dir / MANIFEST
+    unended = unended_run(run_dir)
     if not manifest_path.is_file():
-        result.problems.append(f"no {MANIFEST}: not a run folder, or the run never wrote one")
+        result.problems.append(unended or f"no {MANIFEST}: not a run folder, or the run never wrote one")
         return result
     manifest = json.loads(manifest_path.read_text())
     listed: dict[str, dict[str, Any]] = manifest.get("files", {})
@@ -86,11 +87,31 @@ def check_run(run_dir: Path, allow_missing: Sequence[str] = ()) -> CheckResult:
             result.files.append(FileCheck(rel, UNLISTED))
 
     if ATTESTATION not in listed:
-        result.problems.append(f"{MANIFEST} lists no {ATTESTATION}: a run written before attestation "
+        result.problems.append(unended or f"{MANIFEST} lists no {ATTESTATION}: a run written before attestation "
                                "(`playbook attest RUN_DIR` writes one)")
     else:
         result.problems += _against_attestation(run_dir, listed, left_out)
     return result
+
+
+def unended_run(run_dir: Path) -> str:
+    """What happened to a run that has not ended, and what to run; "" for an ended run (or no run.json).
+    Only an ended run is sealed: redacted, attested, its manifest over every file."""
+    try:
+        record = RunFolder(run_dir).record()
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if record.outcome not in (Outcome.RUNNING, Outcome.INTERRUPTED):
+        return ""
+    last = record.steps[-1] if record.steps else None
+    where = f"{last.step.label(last.attempt)} ({last.outcome.value})" if last else "no step"
+    if record.outcome is Outcome.INTERRUPTED or (last is not None and last.outcome is Outcome.RUNNING):
+        what = f"the run was interrupted or killed during {where}"
+    else:
+        what = (f"the run stopped after {where} without ending: its steps were run one at a time (papermill's "
+                "CLI, JupyterLab, or the walkthrough's stop_after)")
+    return (f"not sealed: {what}; only a run that ends is attested and its manifest covers every file. "
+            f"`playbook resume {run_dir}` runs the steps left and seals it")
 
 
 def _against_attestation(run_dir: Path, listed: dict[str, dict[str, Any]], left_out) -> list[str]:

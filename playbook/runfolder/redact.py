@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping
@@ -29,16 +30,33 @@ _SECRET_VALUES = (
         ),
         REDACTED,
     ),
-    # NAME=value where NAME looks secret (command lines, logs that echo the environment)
-    (
-        re.compile(
-            r"(?P<keep>\b[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIALS?|AUTH)[A-Za-z0-9_]*=)"
-            r"(?!<redacted>)[^\s'\"]+",
-            re.IGNORECASE,
-        ),
-        r"\g<keep>" + REDACTED,
-    ),
 )
+
+# NAME=value where NAME names a secret (command lines, logs that echo the environment). A word of the name
+# (between underscores, after the last dot) ends in TOKEN, SECRET or PASSWORD, or is AUTH, CREDENTIALS or an
+# API key: HF_TOKEN, build.env.MY_API_KEY, auth_token; not verify.gen_tokens, a count of tokens.
+_ASSIGNED_NAME = re.compile(r"\b[A-Za-z0-9_.]*[A-Za-z0-9_](?==)")
+_ASSIGNED_VALUE = re.compile(r"=[^\s'\"]+")
+_SECRET_WORD = re.compile(r"[A-Z0-9]*(?:TOKEN|SECRETS?|PASSWORD|PASSWD)|PASSPHRASE|APIKEY|CREDENTIALS?|AUTH",
+                          re.IGNORECASE)
+
+
+def names_a_secret(name: str) -> bool:
+    """Whether an assignment's NAME (``HF_TOKEN``, ``build.env.API_KEY``) says its value is a secret."""
+    words = name.rsplit(".", 1)[-1].split("_")
+    pairs = ["".join(pair) for pair in itertools.pairwise(words)]
+    return any(_SECRET_WORD.fullmatch(word) for word in words) or any(p.lower() == "apikey" for p in pairs)
+
+
+def _redact_assignments(text: str) -> str:
+    kept, position = [], 0
+    for name in _ASSIGNED_NAME.finditer(text):
+        if name.start() < position or not names_a_secret(name[0]) or text.startswith(REDACTED, name.end() + 1):
+            continue
+        if value := _ASSIGNED_VALUE.match(text, name.end()):
+            kept += [text[position:name.end()], "=", REDACTED]
+            position = value.end()
+    return "".join(kept) + text[position:]
 
 
 def is_secret_name(name: str) -> bool:
@@ -48,7 +66,7 @@ def is_secret_name(name: str) -> bool:
 def redact_text(text: str) -> str:
     for pattern, replacement in _SECRET_VALUES:
         text = pattern.sub(replacement, text)
-    return text
+    return _redact_assignments(text)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -2,12 +2,15 @@
 
 The next plan on the same machine starts from the repaired configuration instead of building the
 failing one again (the native CPU wheel that crashes on a CPU whose AMX faults, every time).
-A machine is its fingerprint: CPU model and flags, GPUs, driver, CUDA toolkits, compilers, OS.
+A repair depends only on what it is about: its backend's fingerprint of the machine, the OS, the CPU
+model and flags and the compilers, plus the facts that backend reads (a CUDA repair: the GPUs, the
+driver, the CUDA toolkits). A CPU repair survives a CUDA toolkit added to the cache.
 Kept under ``<cache_dir>/repairs/<fingerprint>.json``; ``build.forget_repairs: true`` ignores it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -44,17 +47,34 @@ class MachineRepairs:
     repairs: list[RememberedRepair] = field(default_factory=list)
 
 
-def machine_fingerprint(facts: Facts) -> str:
-    """What makes a build behave differently on another machine; not memory, load or paths."""
-    identity = {
+def machine_fingerprint(facts: Facts, backend: str) -> str:
+    """What makes a build of ``backend`` behave differently on another machine: the OS, the CPU and the
+    compilers, and the facts the backend's unit reads; not memory, load, paths, nor another backend's facts."""
+    from playbook.backends.registry import unit
+
+    identity: dict[str, object] = {
         "os": [facts.os.system, facts.os.machine],
         "cpu": [facts.cpu.model, sorted(facts.cpu.flags)],
-        "gpus": sorted([g.name, g.compute_capability] for g in facts.gpus),
-        "driver": facts.driver.version,
-        "toolkits": sorted(t.version for t in facts.cuda_toolkits),
         "compilers": sorted([c.name, c.version] for c in facts.compilers if c.found),
     }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    for name in unit(backend).facts_read:
+        identity.setdefault(name, _identity_of(facts, name))
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _identity_of(facts: Facts, name: str) -> object:
+    """One Facts field as far as it makes a build differ: GPUs by name and compute capability, the driver and
+    the toolkits by version; the paths of libraries and drivers not at all (a copied toolkit is the same)."""
+    if name == "gpus":
+        return sorted([g.name, g.compute_capability] for g in facts.gpus)
+    if name == "driver":
+        return facts.driver.version
+    if name == "cuda_toolkits":
+        return sorted(t.version for t in facts.cuda_toolkits)
+    if name in ("libcuda_paths", "stub_on_ld_library_path", "wsl_driver_libs"):
+        return bool(getattr(facts, name))
+    value = getattr(facts, name)
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 def describe_machine(facts: Facts) -> str:
@@ -67,7 +87,17 @@ def repairs_file(cache_dir: Path, fingerprint: str) -> Path:
 
 
 def recall(cache_dir: Path, facts: Facts) -> list[RememberedRepair]:
-    path = repairs_file(cache_dir, machine_fingerprint(facts))
+    """The repairs that worked on this machine, each backend's under its own fingerprint."""
+    from playbook.backends.registry import units
+
+    found: list[RememberedRepair] = []
+    for backend in (u.name.value for u in units()):
+        found += [r for r in _recorded(repairs_file(cache_dir, machine_fingerprint(facts, backend)))
+                  if r.backend == backend]
+    return found
+
+
+def _recorded(path: Path) -> list[RememberedRepair]:
     if not path.is_file():
         return []
     try:
@@ -92,11 +122,11 @@ def plan_changes(before: BuildPlan, after: BuildPlan) -> RememberedRepair:
 
 def remember(cache_dir: Path, facts: Facts, repair: RememberedRepair) -> Path:
     """Add a repair to this machine's record (one entry per set of findings: the newest wins)."""
-    fingerprint = machine_fingerprint(facts)
+    fingerprint = machine_fingerprint(facts, repair.backend)
     path = repairs_file(cache_dir, fingerprint)
     path.parent.mkdir(parents=True, exist_ok=True)
     with RunLock(path.with_suffix(".lock"), timeout_s=60):
-        record = MachineRepairs(fingerprint, describe_machine(facts), recall(cache_dir, facts))
+        record = MachineRepairs(fingerprint, describe_machine(facts), _recorded(path))
         record.repairs = [r for r in record.repairs if sorted(r.findings) != sorted(repair.findings)]
         record.repairs.append(repair)
         write_json(record, path)

@@ -59,3 +59,30 @@ def test_a_run_shows_one_line_per_step_the_repair_and_one_summary(tmp_path):
     assert f"report: playbook report {run_dir}" in summary
     verify = [s for s in record.steps if s.step is Step.VERIFY]
     assert verify and verify[0].outcome is Outcome.FAILED and verify[0].findings
+
+
+def test_progress_prints_plain_lines_where_stderr_is_no_terminal(tmp_path):
+    """Issue 25: a long build printed nothing on a non-terminal output (tqdm draws only on a terminal).
+    There, the build's ninja progress is a plain line every plain_every_s seconds."""
+    import io
+    import time
+
+    from playbook.chain import StepCall
+    from playbook.interfaces.terminal import ConsoleReporter
+    from playbook.params import load_params
+    from playbook.runfolder.folder import StepRecord
+
+    run = RunFolder.create(tmp_path, load_params(), "params/default.yaml")
+    shown = io.StringIO()
+    reporter = ConsoleReporter(shown, plain_every_s=1.0, terminal=False)
+    reporter.on_run(run)
+    reporter.on_start(StepCall(Step.BUILD, 1))
+    log = run.layout.build_log(1)
+    log.write_text("-- Configuring done\n")
+    time.sleep(1.6)
+    log.write_text("-- Configuring done\n[12/240] Building CXX object ggml.o\n")
+    time.sleep(1.4)
+    reporter.on_end(StepRecord(Step.BUILD, "", Outcome.OK, "", 3.0, 1))
+    lines = shown.getvalue().splitlines()
+    assert any(re.fullmatch(r"  build \(attempt 1\): configuring, [12] s", line) for line in lines), lines
+    assert any(re.fullmatch(r"  build \(attempt 1\): compiling \[12/240\] 5%, [23] s", line) for line in lines), lines

@@ -267,10 +267,26 @@ def test_example_directories_name_known_ids(knowledge):
     assert sorted(p.name for p in FAILURES.iterdir() if p.is_dir()) == sorted(knowledge.ids)
 
 
-@pytest.mark.parametrize("example", _examples(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_example_names_its_source_first(example):
+@pytest.mark.parametrize("example", [*_examples(), *_clean_logs()], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_example_names_a_source_that_exists_first(example):
+    """A source is a public URL, a file of this repository or of ../shared/ (the public guides), or the
+    command that produced the log on this project's machines; a made-up line says it is synthetic and
+    names the file whose format it copies. Every repository file a source names must exist."""
+    root = Path(__file__).resolve().parents[2]
     first = example.read_text(encoding="utf-8").splitlines()[0]
-    assert first.startswith("# source: ") and len(first) > len("# source: ") + 5
+    assert first.startswith("# source: "), "the first line must be '# source: ...'"
+    source = first.removeprefix("# source: ")
+    named = re.findall(r"(?<![\w./-])((?:\.\./shared|playbook|tests|benchmarks|scripts|notebooks|params|outputs)"
+                       r"/[\w./*-]*\w)", source)
+    shared = root.parent / "shared"  # beside the checkout where the guides are; elsewhere only the form is checked
+    missing = [name for name in named if not (name.startswith("../shared/") and not shared.is_dir())
+               and not any(path.exists() for path in [root / name, *root.glob(name)])]
+    assert missing == [], f"the source names files that do not exist: {missing}"
+    url = re.search(r"https?://[\w-]+(?:\.[\w-]+)+/\S+", source)
+    produced = re.match(r"(?:\w+ )*produced on (?:this|a GPU) machine\b.*?(?: with |: )\S+", source)
+    assert url or named or produced, f"not a public URL, a file, or the command that produced it: {source!r}"
+    if "synthetic, not a real log" in source:
+        assert any(name.startswith("playbook/") for name in named), "name the file whose format it copies"
 
 
 @pytest.mark.parametrize("example", _examples(), ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -306,10 +306,64 @@ def test_check_closure_finds_missing_versions_duplicates_and_tags(tmp_path: Path
 
 
 def test_target_commands():
-    install, run = bundle.target_commands("$PWD/.carry", ROOT)
-    assert "--no-index --no-deps" in install and "$PWD/.carry/wheels/*.whl" in install
-    assert "/site/" in install and "PYTHONPATH=" in install
-    assert f"--set source.path=$PWD/.carry/source/{ROOT}" in run
+    set_bundle, install, run = bundle.target_commands('"$PWD/.carry"', ROOT)
+    assert set_bundle == 'BUNDLE="$PWD/.carry"'
+    assert "--no-index --no-deps" in install and '"$BUNDLE"/wheels/*.whl' in install
+    assert '"$BUNDLE"/site ' in install and 'PYTHONPATH="$BUNDLE"/site:"$PWD"' in install
+    assert f'--set source.path="$BUNDLE"/source/{ROOT}' in run
+
+
+def _pure_wheel(folder: Path, name: str = "bundled_hello") -> Path:
+    """A pure wheel of one module, ``bundled_hello``, as pip --target installs it."""
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"{name}.py", "GREETING = 'hello'\n")
+        archive.writestr(f"{name}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        archive.writestr(f"{name}-1.0.dist-info/WHEEL",
+                         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{name}-1.0.dist-info/RECORD", "")
+    return wheel
+
+
+def test_readme_lines_work_after_the_bundle_is_moved(tmp_path: Path, fake_sdist: Path):
+    """The README's lines name the bundle through $BUNDLE, set by the first line relative to the checkout:
+    no path of the machine that made it. Made in one folder, moved into another checkout, its lines run as
+    written there: the wheels install into the moved bundle and the run line names the moved source."""
+    import shutil
+    import subprocess
+    import sys
+
+    made = bundle.make_bundle(tmp_path / "made" / "offline-bundle", fake_sdist, "3.12", requirements=[],
+                              pip_python=sys.executable, log=lambda *_: None)
+    (tmp_path / "made" / "offline-bundle" / "wheels").mkdir(exist_ok=True)  # nothing to download here: one wheel
+    _pure_wheel(tmp_path / "made" / "offline-bundle" / "wheels")
+    readme = (tmp_path / "made" / "offline-bundle" / "README.txt").read_text()
+    record = (tmp_path / "made" / "offline-bundle" / "BUNDLE.json").read_text()
+    for text in (readme, record, made.summary(), made.command):
+        assert str(tmp_path) not in text
+    lines = made.command.splitlines()
+    assert lines[0] == 'BUNDLE="$PWD/offline-bundle"' and all(f"  {line}" in readme for line in lines)
+
+    checkout = tmp_path / "elsewhere" / "checkout"
+    checkout.mkdir(parents=True)
+    moved = checkout / "offline-bundle"
+    shutil.move(tmp_path / "made" / "offline-bundle", moved)
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "python3").symlink_to(sys.executable)  # the lines say python3: this test's interpreter
+    script = "\n".join(["set -e", lines[0], lines[1], 'printf "%s\\n" "$PYTHONPATH"', "printf '%s\\n' " + lines[2]])
+    done = subprocess.run(["bash", "-c", script], cwd=checkout, capture_output=True, text=True, timeout=300,
+                          check=False, env={**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    assert (moved / "site" / "bundled_hello.py").is_file()
+    python_path, *run_args = done.stdout.splitlines()
+    assert python_path == f"{moved}/site:{checkout}"
+    source = run_args[run_args.index("source.kind=path") + 2].removeprefix("source.path=")
+    assert Path(source) == moved / "source" / ROOT and (Path(source) / "pyproject.toml").is_file()
+    # and the chain finds the tree in the moved bundle through BUNDLE.json
+    from playbook.steps.source import bundle_tree
+
+    assert bundle_tree(moved) == moved / "source" / ROOT
 
 
 # ----------------------------------------------------------------------------- network

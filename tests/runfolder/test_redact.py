@@ -60,3 +60,14 @@ def test_json_and_notebooks_stay_valid(tmp_path):
     assert data["cells"][0]["outputs"][0]["data"]["image/png"] == "iVBORw0KGgoAKIAABCDEFGHIJKLMNOP"
     assert data["env"] == {"HF_TOKEN": REDACTED, "PATH": "/bin"}
     assert not redact_file(notebook, [])  # nothing left: not rewritten
+
+
+def test_a_parameter_that_counts_tokens_is_not_a_secret():
+    """A name that contains "token" is not a secret: verify.gen_tokens is a count (issue 25)."""
+    line = "playbook run --set verify.gen_tokens=8 --set verify.prompt_tokens=32 --set max_tokens=4"
+    assert redact_text(line) == line
+    secrets = ("HF_TOKEN=hf-value-1 build.env.MY_API_KEY=key-value-2 auth_token=value-3 PGPASSWORD=value-4 "
+               "AWS_SECRET_ACCESS_KEY=value-5 CMAKE_ARGS=-DSOME_TOKEN=value-6 --x=GITHUB_TOKEN=value-7")
+    clean = redact_text(secrets)
+    assert [f"value-{n}" in clean for n in range(1, 8)] == [False] * 7, clean
+    assert "build.env.MY_API_KEY=<redacted>" in clean and redact_text(clean) == clean

@@ -62,6 +62,11 @@ def test_a_run_goes_to_s3_and_is_read_back(tmp_path, s3_env):
             "02-configure.ipynb", "03-build-attempt-1.ipynb", "build-attempt-1.log"} <= names
     assert any(name.startswith("wheelhouse/attempt-1/tiny-0.1") for name in names)
     assert not (tmp_path / "outputs").exists()  # nothing left behind locally
+    # the summary names the files where they are now, not in the deleted temporary folder (issue 25)
+    summary = ran.stdout[ran.stdout.index("outcome: "):]
+    assert "playbook-run-" not in summary and f"details: {url} " in summary, summary
+    wheel_url = next(line.split()[1] for line in summary.splitlines() if line.startswith("wheel: "))
+    assert wheel_url.startswith(f"{url}/wheelhouse/attempt-1/tiny-0.1") and f"aws s3 cp {wheel_url} ." in summary
     notebook = client.get_object(Bucket=BUCKET, Key=f"runs/{run_id}/01-detect.ipynb")["Body"].read()
     assert json.loads(notebook)["cells"]  # written through papermill's S3 handler, whole
 

@@ -1,7 +1,17 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
+import importlib.metadata
 import json
+import os
+import platform
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
 
 from conftest import DATA
 
@@ -70,15 +80,50 @@ def test_missing_tools_are_facts_not_errors(tmp_path):
     assert all(not tool.found for tool in facts.compilers if tool.name in ("gcc", "clang"))
 
 
+def _asked(*args: str) -> str:
+    """What a tool says when the test asks it directly, not through detect."""
+    done = subprocess.run(list(args), capture_output=True, text=True, timeout=60, check=False)
+    return done.stdout + done.stderr
+
+
 def test_this_machine(this_machine):
-    """What this machine really has: nvcc 13.0 without cuBLAS, no GPU, CMake and ninja from the venv."""
+    """What detect reports is what this machine's tools say when asked directly: every toolkit's nvcc
+    (nvcc 13.0.88 at /usr/local/cuda on the development VM, without cuBLAS), CMake and ninja from the
+    venv, each compiler, the interpreter, the memory, the cores; no NVIDIA GPU where no driver answers."""
     facts = this_machine
-    assert facts.python.bits == 64 and facts.python.pip_version
-    assert facts.cmake.found and facts.ninja.found
-    assert any(t.found and t.version for t in facts.compilers)
-    cuda13 = [t for t in facts.cuda_toolkits if t.version.startswith("13.0")]
-    if cuda13:  # the development and CI machines of this project
-        assert cuda13[0].has_cccl and not cuda13[0].has_cublas
+    scripts = str(Path(sys.executable).parent)
+    search_path = os.pathsep.join([scripts, os.environ.get("PATH", "")])
+    for tool in (facts.cmake, facts.ninja):
+        path = shutil.which(tool.name, path=search_path)
+        assert (tool.found, tool.path) == (bool(path), path or "")
+        if path:
+            said = re.search(r"(\d+\.\d+(?:\.\d+)*)", _asked(path, "--version"))[1]
+            assert tool.version == said
+    gcc = next(t for t in facts.compilers if t.name == "gcc")
+    if path := shutil.which("gcc", path=search_path):
+        assert gcc.path == path and gcc.version == _asked(path, "-dumpfullversion").strip()
+    else:
+        assert not gcc.found
+
+    nvcc_roots = {Path(p).resolve().parent.parent for p in [shutil.which("nvcc", path=search_path),
+                                                            *glob.glob("/usr/local/cuda*/bin/nvcc")] if p}
+    nvcc_roots = {root for root in nvcc_roots if (root / "include" / "cuda_runtime.h").is_file()
+                  or glob.glob(str(root / "targets" / "*" / "include" / "cuda_runtime.h"))}
+    assert nvcc_roots <= {Path(t.root).resolve() for t in facts.cuda_toolkits}
+    for toolkit in facts.cuda_toolkits:
+        release = re.search(r"release \S+, V(\S+)", _asked(toolkit.nvcc, "--version"))[1]
+        assert toolkit.version == release, toolkit.nvcc
+        listed = re.findall(r"(?:compute|sm)_(\d+)", _asked(toolkit.nvcc, "--list-gpu-arch"))
+        assert toolkit.gpu_architectures == sorted(set(listed), key=listed.index)
+        assert toolkit.has_cublas == bool(glob.glob(str(Path(toolkit.root) / "**" / "libcublas.so*"), recursive=True))
+
+    assert facts.python.version == platform.python_version() and facts.python.bits == struct.calcsize("P") * 8
+    assert facts.python.pip_version == importlib.metadata.version("pip")
+    assert facts.cpu.logical_cores == os.cpu_count()
+    assert facts.memory.total_mib == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    smi = shutil.which("nvidia-smi")
+    if smi is None or "NVIDIA-SMI has failed" in _asked(smi):
+        assert facts.gpus == [] and not facts.driver.found
     # the facts survive a round trip through detect.json
     again = from_dict(Facts, json.loads(json.dumps(dataclasses.asdict(facts))))
     assert again == facts

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
+import pytest
 from machines import machine
 
 from playbook.params import PARAMS_DIR, load_params
@@ -172,8 +172,34 @@ def test_offline_profile_uses_no_index(tmp_path):
     assert any(d.what == "package index" and "--no-index" in d.value for d in plan.decisions)
 
 
-def test_every_profile_has_a_test():
-    tested = Path(__file__).read_text()
-    for path in PARAMS_DIR.glob("*.yaml"):
-        if path.stem not in ("default", "gpu-reference"):
-            assert f'profile("{path.stem}"' in tested, f"params/{path.name} has no test"
+# The machine each profile is meant for, the backend it must plan there, and the parameters it needs
+# from the user (a path). A profile added to params/ without a row here fails the test below.
+MEANT_FOR = {
+    "cpu": ("gpu-machine-h200", "cpu", []),
+    "cpu-portable": ("no-gpu", "cpu", []),
+    "cuda-native": ("gpu-machine-h200", "cuda", []),
+    "cuda-portable": ("gpu-machine-h200", "cuda", []),
+    "cuda-pypi": ("no-gpu", "cuda", []),
+    "default": ("gpu-machine-h200", "cuda", []),
+    "fork": ("gpu-machine-h200", "cuda", ["source.path={tmp}"]),
+    "gpu-reference": ("gpu-machine-h200", "cuda", []),
+    "gpu-tune": ("gpu-machine-h200", "cuda", []),
+    "hip": ("rx7900xtx-rocm6.2", "hip", []),
+    "metal": ("m2-mac", "metal", []),
+    "offline": ("no-gpu", "cpu", ["source.path={tmp}", "source.find_links={tmp}"]),
+    "openblas": ("debian12-openblas", "openblas", []),
+    "prebuilt-lib": ("gpu-machine-h200", "prebuilt", ["build.prebuilt_lib={tmp}/libllama.so"]),
+    "rpc": ("no-gpu", "cpu", []),
+    "server": ("gpu-machine-h200", "cuda", []),
+    "sycl": ("arc-a770-oneapi2025", "sycl", []),
+    "vulkan": ("radeon-780m-vulkan", "vulkan", []),
+}
+
+
+@pytest.mark.parametrize("path", sorted(PARAMS_DIR.glob("*.yaml")), ids=lambda path: path.stem)
+def test_every_profile_plans_its_backend_on_the_machine_it_is_meant_for(path, tmp_path):
+    assert path.stem in MEANT_FOR, f"params/{path.name}: add the machine it is meant for to MEANT_FOR"
+    name, backend, overrides = MEANT_FOR[path.stem]
+    (tmp_path / "libllama.so").write_bytes(b"")
+    plan = configure(machine(name), profile(path.stem, *(o.format(tmp=tmp_path) for o in overrides)))
+    assert (plan.backend, plan.blockers) == (backend, []), f"params/{path.name} on {name}"

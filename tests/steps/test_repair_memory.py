@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import H100, make_facts
+from conftest import H100, make_facts, toolkit
 
 from playbook.interfaces.cli import main
 from playbook.params import load_params
@@ -25,11 +25,29 @@ def amx_repair(run_id: str = "20261123T120000Z-vm") -> RememberedRepair:
 
 
 def test_the_fingerprint_is_the_machine_not_its_load(this_machine):
-    assert machine_fingerprint(this_machine) == machine_fingerprint(dataclasses.replace(
-        this_machine, memory=dataclasses.replace(this_machine.memory, available_mib=1)))
-    other_cpu = dataclasses.replace(this_machine, cpu=dataclasses.replace(this_machine.cpu, flags=["sse2"]))
-    assert machine_fingerprint(other_cpu) != machine_fingerprint(this_machine)
-    assert machine_fingerprint(make_facts(this_machine, gpus=[H100])) != machine_fingerprint(this_machine)
+    for backend in ("cpu", "cuda"):
+        assert machine_fingerprint(this_machine, backend) == machine_fingerprint(dataclasses.replace(
+            this_machine, memory=dataclasses.replace(this_machine.memory, available_mib=1)), backend)
+        other_cpu = dataclasses.replace(this_machine, cpu=dataclasses.replace(this_machine.cpu, flags=["sse2"]))
+        assert machine_fingerprint(other_cpu, backend) != machine_fingerprint(this_machine, backend)
+    gpu = make_facts(this_machine, gpus=[H100])
+    assert machine_fingerprint(gpu, "cuda") != machine_fingerprint(this_machine, "cuda")
+    assert machine_fingerprint(gpu, "cpu") == machine_fingerprint(this_machine, "cpu")
+
+
+def test_a_cpu_repair_survives_a_cuda_toolkit_added_to_the_cache(this_machine, tmp_path):
+    """Issue 25: a forced CUDA build put a toolkit from PyPI in the cache; detect then saw one more toolkit,
+    the machine's one fingerprint changed, and the remembered cpu-amx-fault repair was lost."""
+    remember(tmp_path, this_machine, amx_repair())
+    cuda_repair = RememberedRepair(findings=["cuda-vmm-reserve-failed"], backend="cuda", run_id="run-cuda",
+                                   recorded="2026-11-23T12:00:00", cmake_args_added=["-DGGML_CUDA_NO_VMM=ON"])
+    remember(tmp_path, this_machine, cuda_repair)
+    with_toolkit = make_facts(this_machine, toolkits=[*this_machine.cuda_toolkits,
+                                                      toolkit("12.9.86", "/cache/toolkits/cuda-12.9")])
+    assert [r.findings for r in recall(tmp_path, with_toolkit)] == [["cpu-amx-fault"]]  # the CUDA one is stale
+    plan = configure(with_toolkit, load_params(None, ["backend=cpu"]), recall(tmp_path, with_toolkit))
+    assert "-DGGML_NATIVE=OFF" in plan.cmake_args and plan.remembered_repairs == ["cpu-amx-fault"]
+    assert sorted(r.backend for r in recall(tmp_path, this_machine)) == ["cpu", "cuda"]
 
 
 def test_the_changes_a_repair_made_are_what_is_remembered(this_machine):
@@ -78,7 +96,7 @@ def test_the_newest_repair_for_the_same_findings_replaces_the_older(this_machine
 
 
 def test_a_damaged_record_costs_only_the_shortcut(this_machine, tmp_path):
-    path = repairs_file(tmp_path, machine_fingerprint(this_machine))
+    path = repairs_file(tmp_path, machine_fingerprint(this_machine, "cpu"))
     path.parent.mkdir(parents=True)
     path.write_text("{ not json")
     assert recall(tmp_path, this_machine) == []

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +15,7 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
 
 from playbook.errors import ParameterError, PlaybookError
+from playbook.verify.launcher import install_wheel
 from playbook.verify.synthetic_gguf import (
     QUANT_TYPES,
     SHAPES,
@@ -258,15 +263,35 @@ def test_describe_gguf_on_a_vocab_only_file(vocab_gguf: Path) -> None:
     assert info["n_vocab"] == 32000
 
 
-def test_llama_cpp_loads_and_runs_the_tiny_model(tmp_path: Path, vocab_gguf: Path) -> None:
-    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
-    # F16: ggml's CPU AMX repacking of Q8_0/Q4_0 crashed on a VM without working AMX (any Q8_0 model did),
-    # which would take the whole test process down; the quant types are checked above against gguf-py.
+# Run in a child with the wheel on its path: a crash there (ggml's CPU AMX repacking of Q8_0/Q4_0 faulted on a
+# VM without working AMX) fails the test instead of taking the whole test process down.
+LOAD_AND_EVAL = """
+import json, sys
+import numpy as np
+import llama_cpp
+llm = llama_cpp.Llama(sys.argv[1], n_ctx=64, n_gpu_layers=0, logits_all=True, verbose=False)
+tokens = llm.tokenize(b"Hello, world")
+llm.eval(tokens)
+logits = np.asarray(llm.scores[: len(tokens)])
+print(json.dumps({"n_vocab": llm.n_vocab(), "finite": bool(np.isfinite(logits).all()), "std": float(logits.std()),
+                  "module": llama_cpp.__file__}))
+"""
+
+
+@pytest.mark.slow
+def test_llama_cpp_loads_and_runs_the_tiny_model(tmp_path: Path, vocab_gguf: Path, cpu_wheel: Path) -> None:
+    """The real llama-cpp-python (conftest's cpu_wheel: built once per session where none is given) reads the
+    written file as a model and computes finite, varied logits."""
+    site = tmp_path / "site"
+    installed = install_wheel(cpu_wheel, site)
+    assert installed.returncode == 0, installed.stderr
+    # F16: the quantized CPU kernels fault on this project's development VM (cpu-amx-fault); the quant types
+    # are checked above against gguf-py.
     path = write_synthetic_gguf(tmp_path / "tiny.gguf", ModelSpec("tiny", "F16"), vocab_gguf)
-    llm = llama_cpp.Llama(str(path), n_ctx=64, n_gpu_layers=0, logits_all=True, verbose=False)
-    assert llm.n_vocab() == 32000
-    tokens = llm.tokenize(b"Hello, world")
-    llm.eval(tokens)
-    logits = np.asarray(llm.scores[: len(tokens)])
-    assert np.isfinite(logits).all()
-    assert logits.std() > 0
+    child = subprocess.run([sys.executable, "-c", LOAD_AND_EVAL, str(path)], check=False, capture_output=True,
+                           text=True,
+                           timeout=300, env={**os.environ, "PYTHONPATH": str(site)})
+    assert child.returncode == 0, child.stderr[-3000:]
+    result = json.loads(child.stdout.splitlines()[-1])
+    assert Path(result["module"]).is_relative_to(site)
+    assert result["n_vocab"] == 32000 and result["finite"] and result["std"] > 0

@@ -101,6 +101,7 @@ class Planner:
         self._remembered_repairs()
         self._user_arguments()
         self._jobs()
+        registry.unit(self.backend).expected_build_time(self)
         self._source()
         server = self._rpc_server()
         return self._build_plan(server)
