@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from playbook.runfolder.redact import redact_env
 
 if TYPE_CHECKING:
-    from playbook.runfolder.folder import RunFolder
     from playbook.params import Params
+    from playbook.runfolder.folder import RunFolder
 
 BUILD_ENV_NAMES = re.compile(
     r"^(CMAKE_.*|FORCE_CMAKE|CUDACXX|CUDAHOSTCXX|CUDA_.*|CUDNN_.*|NVCC_.*|GGML_.*|LLAMA_.*|CC|CXX|CPP|LD|AR"
@@ -758,21 +758,6 @@ def newest_glibc_named(library: Path) -> str:
 
 def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", version))
-    rocm.found = True
-    rocm.root = str(root) if root else str(Path(rocm.hipconfig.path).parent.parent)
-    info = Path(rocm.root) / ".info" / "version"  # "6.4.1-120": the release with its patch, which hipconfig lacks
-    if info.is_file():
-        rocm.version = parse_first_version(info.read_text())
-    if not rocm.version:
-        rocm.version = parse_hipconfig_version(rocm.hipconfig.banner)  # what detect_tool ran above printed
-    clang = Path(rocm.root) / "llvm" / "bin" / "clang"
-    rocm.hip_clang = str(clang) if clang.is_file() else ""
-    if rocm.rocminfo.path:
-        rocm.gpus = parse_rocminfo(runner([rocm.rocminfo.path], 60).stdout)
-    lib = Path(rocm.root) / "lib"
-    rocm.has_hipblas = bool(list(lib.glob("libhipblas.so*")) or list(lib.glob("hipblas.lib")))
-    rocm.has_rocblas = bool(list(lib.glob("librocblas.so*")) or list(lib.glob("rocblas.lib")))
-    return rocm
 
 
 OPENBLAS_LIBRARIES = ("libopenblas.so", "libopenblas.dylib", "openblas.lib", "libopenblas.lib")
