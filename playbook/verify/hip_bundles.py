@@ -130,3 +130,29 @@ def listing_text(result: HipBundles) -> str:
     if result.error:
         lines.append(f"error: {result.error}")
     return "\n".join(lines) + "\n"
+
+
+def list_objects(folder: Path, gpu_targets: str = "") -> list[HipBundles]:
+    """Every compiled HIP object (``*.o`` with a .hip_fatbin section) under a build folder: what a build that
+    did not finish has already compiled, for each of the plan's targets."""
+    found = [read_bundles(path, gpu_targets) for path in sorted(folder.rglob("*.o"))]
+    return [b for b in found if not b.error.endswith("no HIP code objects")]
+
+
+def objects_text(folder: Path, objects: list[HipBundles]) -> str:
+    """One line per object (its path under ``folder`` and its gfx targets), then the totals."""
+    lines = [f"{Path(b.library).relative_to(folder).as_posix()}: {', '.join(b.architectures) or 'none'}"
+             + (f" (missing {', '.join(b.missing)})" if b.missing else "") for b in objects]
+    targets = sorted({a for b in objects for a in b.architectures}, key=lambda g: (len(g), g))
+    complete = sum(1 for b in objects if b.ok)
+    lines.append(f"{len(objects)} HIP objects; {complete} hold code for every target asked for; "
+                 f"targets seen: {', '.join(targets) or 'none'}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    # python -m playbook.verify.hip_bundles BUILD_DIR "gfx1100;gfx1030": the objects a (partial) build compiled
+    build = Path(sys.argv[1])
+    print(objects_text(build, list_objects(build, sys.argv[2] if len(sys.argv) > 2 else "")), end="")

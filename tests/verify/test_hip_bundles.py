@@ -19,7 +19,7 @@ from playbook.knowledge.failures import diagnose_text
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
 from playbook.verify import step
-from playbook.verify.hip_bundles import expected_targets, gfx_of, read_bundles
+from playbook.verify.hip_bundles import expected_targets, gfx_of, list_objects, objects_text, read_bundles
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.step import VerifyRequest, VerifyTarget
 from playbook.verify.units import import_probe
@@ -108,3 +108,15 @@ def test_the_same_import_failure_without_the_plans_word_fails(hip_wheel_that_can
     result = verify_hip(tmp_path, wheel, "")
     assert not result.ok and not result.compiled_only
     assert "hip-rocm-needs-newer-glibc" in [f.id for f in result.findings]
+
+
+def test_a_partial_build_folder_lists_its_hip_objects_and_skips_the_others(tmp_path):
+    hip_dir = tmp_path / "vendor" / "ggml-hip.dir"
+    hip_dir.mkdir(parents=True)
+    shutil.copy(OBJECT, hip_dir / "arange.cu.o")
+    shutil.copy(Path(sys.executable).resolve(), tmp_path / "vendor" / "ggml.c.o")  # an ELF file without HIP code
+    objects = list_objects(tmp_path, "gfx1100;gfx1030")
+    assert [Path(b.library).name for b in objects] == ["arange.cu.o"]
+    text = objects_text(tmp_path, objects)
+    assert text.splitlines() == ["vendor/ggml-hip.dir/arange.cu.o: gfx1030, gfx1100",
+                                 "1 HIP objects; 1 hold code for every target asked for; targets seen: gfx1030, gfx1100"]
