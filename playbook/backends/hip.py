@@ -147,7 +147,7 @@ class HipBackend(BackendUnit):
     auto_rank = 20
     mib_per_compile_job = 3 * GIB_MIB
     device_log_name = "ROCm"
-    status = "planned only"
+    status = "compiled only"
 
     def assess(self, planner: Planner) -> Assessment:
         rocm = planner.facts.rocm
