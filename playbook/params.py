@@ -87,6 +87,9 @@ class CudaParams:
 class HipParams:
     # "native": the detected GPUs' gfx targets; otherwise a list such as "gfx1100;gfx1030".
     targets: str = "native"
+    # The ROCm folder to build with (the one holding bin/hipconfig), before $ROCM_PATH, /opt/rocm* and /usr;
+    # e.g. Debian's ROCm unpacked by scripts/rocm-debian.sh. Empty: detect's search alone.
+    rocm_path: str = ""
 
 
 @dataclass
@@ -302,6 +305,10 @@ def check_params(params: Params) -> None:
     if include_dir and not (Path(include_dir).expanduser() / "vulkan" / "vulkan_core.h").is_file():
         raise ParameterError(f"vulkan.include_dir {include_dir!r} holds no vulkan/vulkan_core.h; give the folder "
                              "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
+    rocm_path = params.hip.rocm_path
+    if rocm_path and not (Path(rocm_path).expanduser() / "bin" / "hipconfig").is_file():
+        raise ParameterError(f"hip.rocm_path {rocm_path!r} holds no bin/hipconfig; give the ROCm folder above bin/ "
+                             "(/opt/rocm-6.2.4, or what scripts/rocm-debian.sh prints), or leave it empty")
     check_cuda_architectures_syntax(params.cuda.architectures)
     poll = params.verify.poll
     if poll != "none" and not (isinstance(poll, int) and 0 <= poll <= 100):

@@ -59,6 +59,7 @@ FORK = "20261125T144314Z-vm"  # guide 002's fork, CPU-only
 OPENBLAS = "20261125T144256Z-vm"  # OpenBLAS on the CPU-only VM
 RPC = "20261125T155256Z-vm"  # RPC client and server on the CPU-only VM
 OPENBLAS_VS_CPU = "openblas-vs-cpu-vm.txt"
+HIP = "20261125T145359Z-vm"  # HIP compiled with Debian 13's ROCm on the CPU-only VM
 
 
 def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
@@ -378,6 +379,8 @@ FIGURES = [
     F(RUNS, "tg 4.1 / 0.8 / {} t/s with 0 / 2 / 5", rpc_point(5), ".1f"),
     F(RUNS, "layers sent, {} t/s locally", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "t/s locally; {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"), ".1f"),
+    F(README, "all 167 of 167 build steps in {} s", build(HIP, 1, "duration_s"), ".0f"),
+    F(README, "on 2 jobs in {} s, run", build(CUDA_PYPI, 2, "duration_s"), ".0f"),
     # README.md: Verify against llama-bench, and the tune, on an H100
     F(README, "verify with the tune took {} s in", step_s(TUNE_7B, "verify"), ".1f"),
     # README.md: Use it

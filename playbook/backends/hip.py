@@ -8,6 +8,7 @@ Reads detect's ``rocm`` (hipconfig, rocminfo's gfx targets, ROCm's clang, hipBLA
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
@@ -17,6 +18,9 @@ from playbook.steps.detect import Facts, Rocm
 
 if TYPE_CHECKING:
     from playbook.steps.configure.planner import Planner
+
+# Where the linker looks without being told: a ROCm library folder elsewhere needs -L.
+SYSTEM_LIB_DIRS = ("/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64")
 
 
 def usable(rocm: Rocm) -> bool:
@@ -58,27 +62,79 @@ def _targets(planner: Planner, rocm: Rocm, wanted: str) -> None:
 
 
 def _compiler(planner: Planner, rocm: Rocm) -> None:
-    minimum, source = compatibility.llama_cpp_min_rocm()
-    if rocm.version and compatibility.version_tuple(rocm.version) < compatibility.version_tuple(minimum):
-        planner.block("rocm-too-old", f"ROCm {rocm.version} is older than {minimum}, the oldest the pinned llama.cpp "
-                      f"accepts ({source}): install ROCm {minimum} or newer")
+    _minimum(planner, rocm)
     if not rocm.hip_clang:
         if rocm.found:
-            planner.block("hip-compiler-missing", f"no HIP compiler (llvm/bin/clang) under {rocm.root}: CMake's "
-                          "enable_language(HIP) will fail; install the rocm-llvm (hip-dev) package")
+            planner.block("hip-compiler-missing", f"no HIP compiler (llvm/bin/clang, or Debian's lib/llvm-N/bin/clang "
+                          f"with rocm-device-libs-N) under {rocm.root}: CMake's enable_language(HIP) will fail; install "
+                          "the rocm-llvm (hip-dev) package, or Debian's clang-N and rocm-device-libs-N")
         return
     planner.env["HIPCXX"] = rocm.hip_clang
     planner.env["HIP_PATH"] = rocm.root
-    planner.env["ROCM_PATH"] = rocm.root
+    # hipconfig --platform answers "nvidia" where it finds no AMD GPU, and hip-config.cmake then defines
+    # hip::device twice (failures.yaml: hip-platform-nvidia).
+    planner.env["HIP_PLATFORM"] = "amd"
+    prefix = [rocm.root, *filter(None, [planner.facts.environment.get("CMAKE_PREFIX_PATH", "")])]
+    planner.env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefix)
+    if rocm.layout == "debian":
+        # clang looks for the device libraries under $ROCM_PATH when it is set, and Debian's are beside clang
+        # (lib/llvm-N/lib/clang/N/amdgcn): ROCM_PATH stays unset (failures.yaml: hip-rocm-path-device-libs).
+        _debian_layout(planner, rocm)
+    else:
+        planner.env["ROCM_PATH"] = rocm.root
     planner.decide("HIP compiler", rocm.hip_clang,
-                   f"ROCm {rocm.version or '?'}'s clang (HIPCXX), as llama.cpp's build guide sets it; HIP_PATH={rocm.root}")
+                   f"ROCm {rocm.version or '?'}'s clang (HIPCXX), as llama.cpp's build guide sets it; HIP_PATH={rocm.root}"
+                   + (", Debian's layout (ROCM_PATH left unset)" if rocm.layout == "debian" else ""))
+
+
+def _minimum(planner: Planner, rocm: Rocm) -> None:
+    """Refuse a ROCm older than the llama.cpp of the asked release accepts, naming the newest release that builds."""
+    source = planner.params.source
+    release = source.version if source.kind == "sdist" else ""
+    row = compatibility.llama_cpp_min_rocm(release)
+    if not (row and rocm.version):
+        return
+    minimum, why = row
+    if compatibility.version_tuple(rocm.version) >= compatibility.version_tuple(minimum):
+        return
+    fix = f"install ROCm {minimum} or newer"
+    older = compatibility.newest_llama_cpp_python_for_rocm(rocm.version)
+    if older:
+        fix += (f", or build llama-cpp-python {older[0]}, the newest release whose llama.cpp accepts ROCm {rocm.version} "
+                f"(--set source.version={older[0]} --set source.sha256={older[1]})")
+    planner.block("rocm-too-old", f"ROCm {rocm.version} is older than {minimum}, the oldest that llama-cpp-python "
+                  f"{release or '(this source)'}'s llama.cpp accepts ({why}): {fix}")
+
+
+def _debian_layout(planner: Planner, rocm: Rocm) -> None:
+    """Debian's ROCm packages: CMake new enough for lib/<multiarch>/cmake, the libraries' folder for the linker,
+    and a glibc the libraries can load with."""
+    cmake = planner.facts.cmake
+    minimum, why = compatibility.cmake_for_multiarch_hip()
+    if cmake.found and compatibility.version_tuple(cmake.version) < compatibility.version_tuple(minimum):
+        planner.block("hip-cmake-multiarch", f"CMake {cmake.version} ({cmake.path}) looks for hip-lang only in "
+                      f"{rocm.root}/lib/cmake, and Debian's ROCm keeps it in lib/<multiarch>/cmake ({why}): put CMake "
+                      f"{minimum} or newer first on PATH (pip install 'cmake>={minimum}' into an active venv)")
+    ldflags = [planner.facts.environment.get("LDFLAGS", "")]
+    if rocm.lib_dir and rocm.lib_dir not in SYSTEM_LIB_DIRS:
+        ldflags.append(f"-L{rocm.lib_dir}")  # clang --hip-link adds -lamdhip64 for CMake's test program
+    system, needed = planner.facts.os.glibc, rocm.glibc_needed
+    if system and needed and compatibility.version_tuple(system) < compatibility.version_tuple(needed):
+        # The test program links libamdhip64, whose glibc symbols this glibc lacks; the libraries themselves link.
+        ldflags.append("-Wl,--allow-shlib-undefined")
+        planner.warn("rocm-needs-newer-glibc", f"ROCm's libamdhip64 in {rocm.lib_dir} needs glibc {needed} and this "
+                     f"system has {system}: the build compiles, but the wheel cannot load its HIP library here (compiled "
+                     f"only); run it on a system with glibc {needed} or newer (the ROCm's own distribution)")
+    if any(ldflags):
+        planner.env["LDFLAGS"] = " ".join(filter(None, ldflags))
 
 
 def _libraries(planner: Planner, rocm: Rocm) -> None:
     if rocm.found and not (rocm.has_hipblas and rocm.has_rocblas):
         missing = " and ".join(n for n, ok in (("hipBLAS", rocm.has_hipblas), ("rocBLAS", rocm.has_rocblas)) if not ok)
         planner.block("hipblas-missing", f"{missing} not found under {rocm.root}/lib: ggml-hip's find_package(hipblas) "
-                      "and find_package(rocblas) will fail; install hipblas-dev and rocblas-dev")
+                      "and find_package(rocblas) will fail; install hipblas-dev and rocblas-dev (Debian: libhipblas-dev "
+                      "and librocblas-dev)")
 
 
 class HipBackend(BackendUnit):
@@ -91,7 +147,7 @@ class HipBackend(BackendUnit):
     auto_rank = 20
     mib_per_compile_job = 3 * GIB_MIB
     device_log_name = "ROCm"
-    status = "planned only"
+    status = "compiled only"
 
     def assess(self, planner: Planner) -> Assessment:
         rocm = planner.facts.rocm

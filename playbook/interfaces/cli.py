@@ -182,11 +182,10 @@ def _plan(args: argparse.Namespace) -> int:
     from playbook.params import load_params
     from playbook.resources import resolve_params_file
     from playbook.steps.configure import configure_here
-    from playbook.steps.detect import detect
-    from playbook.toolkits.pypi import toolkits_dir
+    from playbook.steps.detect import detect_for
 
     params = load_params(resolve_params_file(args.params) if args.params else None, args.overrides)
-    plan = configure_here(detect(toolkit_dirs=[toolkits_dir(params.cache_dir)]), params)
+    plan = configure_here(detect_for(params), params)
     print(plan_summary(plan))
     print()
     for decision in plan.decisions:

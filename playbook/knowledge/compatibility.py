@@ -224,6 +224,26 @@ def vulkan_min_headers() -> tuple[str, str, str]:
     return str(headers["min_version"]), headers["source"], headers["newer_package"]
 
 
-def llama_cpp_min_rocm() -> tuple[str, str]:
-    row = knowledge("rocm")["llama_cpp"]
-    return str(row["min_rocm"]), row["source"]
+def llama_cpp_min_rocm(llama_cpp_python: str = "") -> tuple[str, str] | None:
+    """(the oldest ROCm, its source) for a llama-cpp-python release ("": the newest row); None when the release is
+    older than every row (unknown)."""
+    rows = sorted(knowledge("rocm")["llama_cpp"], key=lambda r: version_tuple(str(r["since"])), reverse=True)
+    if not llama_cpp_python:
+        return str(rows[0]["min_rocm"]), rows[0]["source"]
+    row = next((r for r in rows if version_tuple(llama_cpp_python) >= version_tuple(str(r["since"]))), None)
+    return (str(row["min_rocm"]), row["source"]) if row else None
+
+
+def newest_llama_cpp_python_for_rocm(rocm: str) -> tuple[str, str] | None:
+    """(version, sdist sha256) of the newest llama-cpp-python release whose llama.cpp accepts ``rocm``; None when
+    the table has none."""
+    rows = [r for r in knowledge("rocm")["newest_release_for"]
+            if version_tuple(str(r["min_rocm"])) <= version_tuple(rocm) < version_tuple(str(r["below_rocm"]))]
+    row = min(rows, key=lambda r: version_tuple(str(r["below_rocm"])), default=None)
+    return (str(row["version"]), str(row["sha256"])) if row else None
+
+
+def cmake_for_multiarch_hip() -> tuple[str, str]:
+    """(the oldest CMake whose HIP language finds Debian's lib/<multiarch>/cmake/hip-lang, its source)."""
+    row = knowledge("rocm")["cmake_multiarch_hip"]
+    return str(row["min_cmake"]), row["source"]

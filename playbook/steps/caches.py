@@ -273,8 +273,8 @@ def url_secret(url: str) -> str:
 
 
 def launcher_args(ccache: str) -> list[str]:
-    """CMake arguments that put ccache in front of the C, C++ and CUDA compilers."""
-    return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX", "CUDA")] + ["-DGGML_CCACHE=OFF"]
+    """CMake arguments that put ccache in front of the C, C++, CUDA and HIP compilers."""
+    return [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={ccache}" for lang in ("C", "CXX", "CUDA", "HIP")] + ["-DGGML_CCACHE=OFF"]
 
 
 def read_ccache_stats(ccache: str, env: dict[str, str]) -> CcacheStats:

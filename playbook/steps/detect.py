@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from playbook.runfolder.redact import redact_env
 
 if TYPE_CHECKING:
+    from playbook.params import Params
     from playbook.runfolder.folder import RunFolder
 
 BUILD_ENV_NAMES = re.compile(
@@ -75,6 +76,7 @@ class OperatingSystem:
     is_wsl: bool
     rosetta: bool = False  # an x86_64 Python translated by Rosetta 2 on Apple silicon
     apple_silicon: bool = False
+    glibc: str = ""  # the C library's version on Linux ("2.36" on Debian 12); "" elsewhere
 
 
 @dataclass
@@ -233,10 +235,14 @@ class Rocm:
     version: str = ""  # "6.2.4" from hipconfig --version or .info/version
     hipconfig: Tool = field(default_factory=lambda: Tool("hipconfig", found=False))
     rocminfo: Tool = field(default_factory=lambda: Tool("rocminfo", found=False))
-    hip_clang: str = ""  # ROCm's clang (llvm/bin/clang), the HIP compiler
+    hip_clang: str = ""  # ROCm's clang (llvm/bin/clang; Debian's: lib/llvm-17/bin/clang), the HIP compiler
     gpus: list[HipGpu] = field(default_factory=list)
     has_hipblas: bool = False
     has_rocblas: bool = False
+    layout: str = ""  # "rocm": AMD's (lib/, llvm/); "debian": Debian's packages (lib/x86_64-linux-gnu/, lib/llvm-N/)
+    lib_dir: str = ""  # the folder holding libamdhip64.so
+    glibc_needed: str = ""  # the newest GLIBC_x.y that libamdhip64.so asks for ("2.38" in Debian 13's)
+    found_by: str = ""  # "hip.rocm_path", "ROCM_PATH", "HIP_PATH", "/opt/rocm*", "/usr"
 
     @property
     def gfx_targets(self) -> list[str]:
@@ -509,6 +515,7 @@ def detect(
     vulkan_include_dir: str = "",
     import_paths: list[str] | None = None,
     toolkit_dirs: Sequence[Path] = (),
+    rocm_path: str = "",
 ) -> Facts:
     """What this machine has. ``import_paths``: where the interpreter imports from (default: this one's
     ``sys.path``, which holds ``PYTHONPATH``); a package installed there with ``pip --target`` keeps its
@@ -537,7 +544,7 @@ def detect(
         stub_on_ld_library_path=stub_dirs(environ.get("LD_LIBRARY_PATH", ""), os.pathsep),
         temp_dir=environ.get("TEMP", environ.get("TMP", environ.get("TMPDIR", ""))),
         vulkan=detect_vulkan(environ, search_path, runner, vulkan_include_dir, python),
-        rocm=detect_rocm(environ, search_path, runner),
+        rocm=detect_rocm(environ, search_path, runner, rocm_path),
         sycl=detect_sycl(environ, search_path, runner),
         openblas=detect_openblas(environ, search_path, runner),
     )
@@ -560,8 +567,9 @@ def detect_os(runner: CommandRunner = run_command) -> OperatingSystem:
     proc_version = Path("/proc/version")
     is_wsl = proc_version.is_file() and "microsoft" in proc_version.read_text().lower()
     rosetta, apple_silicon = detect_apple_silicon(runner) if platform.system() == "Darwin" else (False, False)
+    libc, libc_version = platform.libc_ver()
     return OperatingSystem(platform.system(), platform.release(), pretty, platform.machine(), is_wsl,
-                           rosetta, apple_silicon)
+                           rosetta, apple_silicon, glibc=libc_version if libc == "glibc" else "")
 
 
 def detect_apple_silicon(runner: CommandRunner) -> tuple[bool, bool]:
@@ -687,15 +695,19 @@ def spirv_headers_config(sdk: str) -> str:
     return ""
 
 
-def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> Rocm:
-    roots = [environ[v] for v in ("ROCM_PATH", "HIP_PATH") if environ.get(v)]
-    roots += sorted(glob.glob("/opt/rocm*"), reverse=True)
-    root = next((Path(r) for r in roots if (Path(r) / "bin" / "hipconfig").is_file()
-                 or (Path(r) / "bin" / "hipconfig.exe").is_file()), None)
+def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRunner, rocm_path: str = "") -> Rocm:
+    """ROCm from hip.rocm_path, $ROCM_PATH, $HIP_PATH, /opt/rocm* or Debian's packages in /usr, in that order:
+    the first that holds bin/hipconfig."""
+    candidates = [(rocm_path, "hip.rocm_path")] if rocm_path else []
+    candidates += [(environ[v], v) for v in ("ROCM_PATH", "HIP_PATH") if environ.get(v)]
+    candidates += [(r, "/opt/rocm*") for r in sorted(glob.glob("/opt/rocm*"), reverse=True)] + [("/usr", "/usr")]
+    root, found_by = next(((Path(r).expanduser(), by) for r, by in candidates
+                           if (Path(r).expanduser() / "bin" / "hipconfig").is_file()
+                           or (Path(r).expanduser() / "bin" / "hipconfig.exe").is_file()), (None, ""))
     bins = os.pathsep.join([str(root / "bin"), search_path]) if root else search_path
     rocminfo = shutil.which("rocminfo", path=bins) or ""
     rocm = Rocm(hipconfig=detect_tool("hipconfig", ["--version"], bins, runner),
-                rocminfo=Tool("rocminfo", bool(rocminfo), rocminfo))
+                rocminfo=Tool("rocminfo", bool(rocminfo), rocminfo), found_by=found_by)
     if not rocm.hipconfig.found and root is None:
         return rocm
     rocm.found = True
@@ -705,14 +717,47 @@ def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRun
         rocm.version = parse_first_version(info.read_text())
     if not rocm.version:
         rocm.version = parse_hipconfig_version(rocm.hipconfig.banner)  # what detect_tool ran above printed
-    clang = Path(rocm.root) / "llvm" / "bin" / "clang"
-    rocm.hip_clang = str(clang) if clang.is_file() else ""
+    rocm.layout, clang = rocm_layout(Path(rocm.root))
+    rocm.hip_clang = str(clang) if clang else ""
     if rocm.rocminfo.path:
         rocm.gpus = parse_rocminfo(runner([rocm.rocminfo.path], 60).stdout)
-    lib = Path(rocm.root) / "lib"
-    rocm.has_hipblas = bool(list(lib.glob("libhipblas.so*")) or list(lib.glob("hipblas.lib")))
-    rocm.has_rocblas = bool(list(lib.glob("librocblas.so*")) or list(lib.glob("rocblas.lib")))
+    libs = rocm_lib_dirs(Path(rocm.root))
+    rocm.has_hipblas = any(list(d.glob("libhipblas.so*")) or list(d.glob("hipblas.lib")) for d in libs)
+    rocm.has_rocblas = any(list(d.glob("librocblas.so*")) or list(d.glob("rocblas.lib")) for d in libs)
+    runtime = next((f for d in libs for f in sorted(d.glob("libamdhip64.so.*")) if f.is_file()), None)
+    if runtime:
+        rocm.lib_dir = str(runtime.parent)
+        rocm.glibc_needed = newest_glibc_named(runtime)
     return rocm
+
+
+def rocm_lib_dirs(root: Path) -> list[Path]:
+    """lib/ (AMD's layout) and lib/<multiarch>/ (Debian's: lib/x86_64-linux-gnu)."""
+    return [root / "lib", *sorted(p for p in (root / "lib").glob("*-linux-gnu") if p.is_dir())]
+
+
+def rocm_layout(root: Path) -> tuple[str, Path | None]:
+    """Which layout a ROCm folder has, and its HIP compiler: AMD's llvm/bin/clang, or Debian's
+    lib/llvm-N/bin/clang for the newest N whose clang has the AMD GPU device libraries (rocm-device-libs-N)."""
+    amd = root / "llvm" / "bin" / "clang"
+    if amd.is_file():
+        return "rocm", amd
+    debian = sorted(root.glob("lib/llvm-*/bin/clang"), key=lambda c: version_key(c.parts[-3].removeprefix("llvm-")))
+    with_device_libs = [c for c in debian if list(c.parent.parent.glob("lib/clang/*/amdgcn/bitcode/ocml.bc"))]
+    if with_device_libs:
+        return "debian", with_device_libs[-1]
+    return ("debian" if list(root.glob("lib/*-linux-gnu/cmake/hip")) else "rocm"), None
+
+
+def newest_glibc_named(library: Path) -> str:
+    """The newest ``GLIBC_x.y`` symbol version a shared library names (its version needs are strings in
+    .dynstr): the oldest glibc that can load it."""
+    found = set(re.findall(rb"GLIBC_(\d+\.\d+(?:\.\d+)?)\x00", library.read_bytes()))
+    return max((v.decode() for v in found), key=version_key, default="")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
 OPENBLAS_LIBRARIES = ("libopenblas.so", "libopenblas.dylib", "openblas.lib", "libopenblas.lib")
@@ -1082,14 +1127,22 @@ def _optional(function: Callable[..., int], *args: object) -> int | None:
         return None
 
 
+def detect_for(params: Params) -> Facts:
+    """What this machine has, looking first where the parameters point (Vulkan headers, a ROCm folder, the
+    playbook's own toolkits)."""
+    from playbook.toolkits.pypi import toolkits_dir
+
+    return detect(vulkan_include_dir=params.vulkan.include_dir, toolkit_dirs=[toolkits_dir(params.cache_dir)],
+                  rocm_path=params.hip.rocm_path)
+
+
 def detect_step(run: RunFolder) -> Facts:
     """The detect notebook's work: what this machine has, written to detect.json."""
     from playbook.runfolder.folder import Outcome
     from playbook.runfolder.layout import Step
-    from playbook.toolkits.pypi import toolkits_dir
 
     params = run.params()
-    facts = detect(vulkan_include_dir=params.vulkan.include_dir, toolkit_dirs=[toolkits_dir(params.cache_dir)])
+    facts = detect_for(params)
     run.write(facts, run.layout.detect_facts)
     gpus = ", ".join(g.name for g in facts.gpus) or "no NVIDIA GPU"
     if facts.vulkan.devices:

@@ -54,6 +54,9 @@ class VerifyTarget:
     """The architectures the plan compiled for (CMAKE_CUDA_ARCHITECTURES); "" lists no machine code."""
     toolkit: str = ""
     """The plan's GPU toolkit root, where the listing tool (cuobjdump) is looked for first."""
+    compiled_only: str = ""
+    """Why the wheel cannot load on this machine although it built (the plan said so: ROCm libraries that need a
+    newer glibc); an import that fails here then ends verify as "compiled only", not as a failure."""
     multimodal: bool = False
     """The plan built libmtmd: its bindings must load too."""
     runtime_env: dict[str, str] = field(default_factory=dict)

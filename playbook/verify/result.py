@@ -10,6 +10,7 @@ from playbook.knowledge.failures import Finding
 from playbook.verify.agreement import Agreement
 from playbook.verify.backend_libraries import LibraryCheck
 from playbook.verify.cuda_elf import CudaElf
+from playbook.verify.hip_bundles import HipBundles
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.rpc_server import RpcOffload
 from playbook.verify.server_check import ServerCheck
@@ -67,6 +68,10 @@ class VerifyResult:
     tune: TuneResult | None = None  # verify.tune's search, when verify.tune is true
     # A CUDA wheel: the architectures its ggml-cuda library holds machine code for (cuobjdump --list-elf).
     cuda_elf: CudaElf | None = None
+    # A HIP wheel: the gfx targets its ggml-hip library holds code objects for (its .hip_fatbin bundles).
+    hip_bundles: HipBundles | None = None
+    # Why only the build and its machine code were checked: the wheel cannot load on this machine ("" otherwise).
+    compiled_only: str = ""
     # Why the GPU checks (logits agreement, offloaded layers) did not run; "" when they did.
     gpu_skipped: str = ""
     units: list[UnitRecord] = field(default_factory=list)  # each unit's turn, in the order they ran

@@ -17,6 +17,7 @@ from playbook.verify.units.machine_code import MACHINE_CODE
 
 LIB_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python 0.3.36 loads libllama from there when set
 MTMD_SYMBOL = "llama_cpp.mtmd_cpp.mtmd_init_from_file"  # loads libmtmd: checked when the plan built it
+COMPILED_ONLY = "compiled only"  # verify's summary when the wheel cannot load here and the plan knew it
 
 
 @dataclass
@@ -49,6 +50,9 @@ class ImportProbeUnit:
         outcome = run_child(["probe"], site_dir, probe_log, ctx.timeout_s, ctx.request.python,
                             extra_env=ctx.wheel.child_env)
         probe = ImportProbe(outcome)
+        if outcome.status != "ok" and ctx.target.compiled_only:
+            ctx.log(f"the wheel does not import here, as the plan said: {ctx.target.compiled_only}")
+            return Measured(probe, [], [probe_log], stop=f"{COMPILED_ONLY}: {ctx.target.compiled_only}")
         if outcome.status != "ok":
             fallback = (finding_for("process-crash", outcome.error_tail, stage="import") if outcome.status == "crash"
                         else unrecognised(outcome.error_tail, "import"))

@@ -1,9 +1,10 @@
 """The machine-code listing: which GPU architectures the wheel's GPU library holds code for, read from
 the file itself (no GPU needed, so a wheel built on a CI or Docker builder is checked too).
 
-One lister per backend in :data:`LISTERS`: CUDA's is ``cuobjdump --list-elf`` (:mod:`playbook.verify.cuda_elf`).
-A backend with code objects of its own (HIP's ``gfx`` targets) adds its lister there and its value's field
-in :class:`~playbook.verify.result.VerifyResult`.
+One lister per backend in :data:`LISTERS`: CUDA's is ``cuobjdump --list-elf`` (:mod:`playbook.verify.cuda_elf`),
+HIP's reads the offload bundles of ggml-hip's ``.hip_fatbin`` section (:mod:`playbook.verify.hip_bundles`).
+A backend with code objects of its own adds its lister there and its value's field in
+:class:`~playbook.verify.result.VerifyResult`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from playbook.verify.cuda_elf import CudaElf, list_elf
+from playbook.verify.hip_bundles import HipBundles, list_bundles
 from playbook.verify.measurement import Measured, VerifyContext
 from playbook.verify.result import VerifyResult
 
@@ -47,7 +49,15 @@ def _record_cuda(listing: CodeListing, result: VerifyResult) -> None:
     result.cuda_elf = listing
 
 
-LISTERS: dict[str, Lister] = {"cuda": Lister("cuobjdump", list_elf, _record_cuda)}
+def _record_hip(listing: CodeListing, result: VerifyResult) -> None:
+    assert isinstance(listing, HipBundles)
+    result.hip_bundles = listing
+
+
+LISTERS: dict[str, Lister] = {
+    "cuda": Lister("cuobjdump", list_elf, _record_cuda),
+    "hip": Lister("hip-fatbin", list_bundles, _record_hip),
+}
 
 
 @dataclass
