@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "playbook"
 LAYOUT_MODULE = PACKAGE / "runfolder" / "layout.py"
 ROOT = Path("/run-folder")
 # A sample value for each parameter a Layout method takes; a new parameter name needs one here.
-SAMPLES = {"attempt": 7, "n_gpu_layers": 13, "trial": 5, "side": "gpu", "tool": "cuobjdump", "step": Step.BUILD,
+SAMPLES = {"attempt": 7, "n_gpu_layers": 13, "trial": 5, "pair": 3, "side": "gpu", "tool": "cuobjdump", "step": Step.BUILD,
            "stem": "verify", "path": ROOT / "wheelhouse" / "attempt-7" / "x.whl", "name": "x"}
 NUMBER = re.compile(r"\d+")
 PLACEHOLDER = "{}"
