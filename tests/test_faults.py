@@ -169,6 +169,16 @@ def test_kill_9_during_the_build_and_during_verify_then_resume(tmp_path):
     marker.touch()
     launcher = sleeping_launcher(tmp_path, marker)
     project = compiled_project(tmp_path, with_vocabulary=True)
+    # The wheel's llama_cpp waits while this marker exists: verify is surely still running when it is killed (the
+    # stand-in's verify otherwise ends within a second, and a kill that came later found no step to interrupt).
+    verify_marker = tmp_path / "verify-hangs"
+    verify_marker.touch()
+    (project / "llama_cpp").mkdir()
+    (project / "llama_cpp" / "__init__.py").write_text(
+        f"import os, time\nwhile os.path.exists({str(verify_marker)!r}):\n    time.sleep(0.2)\n"
+        "raise ImportError('a stand-in for llama_cpp')\n")
+    with (project / "CMakeLists.txt").open("a") as cmake:
+        cmake.write("install(FILES llama_cpp/__init__.py DESTINATION llama_cpp)\n")
     outputs = tmp_path / "outputs"
     proc = playbook_run(tmp_path, project, outputs, "--set", f"build.cmake_args=['-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}']",
                         "--set", "build.max_attempts=1", start_new_session=True)
@@ -189,6 +199,7 @@ def test_kill_9_during_the_build_and_during_verify_then_resume(tmp_path):
     wait_for_step(outputs, Step.VERIFY)
     os.killpg(resumed.pid, signal.SIGKILL)
     resumed.wait(timeout=60)
+    verify_marker.unlink()
 
     finished = subprocess.run([sys.executable, "-m", "playbook", "resume", str(run.path)], capture_output=True,
                               text=True, timeout=600)
