@@ -22,6 +22,15 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def first_file(folder: Path, patterns: tuple[str, ...]) -> Path | None:
+    """The first regular file (not a symlink) below ``folder`` that the first pattern with any match finds."""
+    for pattern in patterns:
+        found = sorted(p for p in folder.rglob(pattern) if p.is_file() and not p.is_symlink())
+        if found:
+            return found[0]
+    return None
+
+
 def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playbook.files import first_file
 from playbook.process import run_captured
 from playbook.toolkits import pypi
 
@@ -50,11 +51,7 @@ def expected_architectures(cmake_architectures: str) -> list[str]:
 
 
 def find_library(site_dir: Path) -> Path | None:
-    for pattern in LIBRARY_GLOBS:
-        found = sorted(p for p in site_dir.rglob(pattern) if p.is_file() and not p.is_symlink())
-        if found:
-            return found[0]
-    return None
+    return first_file(site_dir, LIBRARY_GLOBS)
 
 
 def find_cuobjdump(toolkit_root: str, cache_dir: Path) -> Path:

@@ -15,6 +15,8 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playbook.files import first_file
+
 MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"
 SECTION = ".hip_fatbin"
@@ -103,11 +105,7 @@ def read_bundles(path: Path, gpu_targets: str = "") -> HipBundles:
 
 
 def find_library(site_dir: Path) -> Path | None:
-    for pattern in LIBRARY_GLOBS:
-        found = sorted(p for p in site_dir.rglob(pattern) if p.is_file() and not p.is_symlink())
-        if found:
-            return found[0]
-    return None
+    return first_file(site_dir, LIBRARY_GLOBS)
 
 
 def list_bundles(site_dir: Path, gpu_targets: str, toolkit_root: str, cache_dir: Path,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,8 +140,6 @@ def _compare_paired(point: SweepPoint, test: str, llama_bench: LlamaBench, setti
     row = llama_bench.paired(test, point.n_gpu_layers)
     if row is None or row.median_ratio is None:
         return ""
-    import statistics
-
     ratio, (low, high) = row.median_ratio, row.ratio_range or (0.0, 0.0)
     bench_rate, ours = statistics.median(row.bench), statistics.median(row.binding)
     setattr(point, f"bench_{test}_tokens_per_s", bench_rate)
