@@ -65,7 +65,7 @@ class LlamaBenchYardstick:
             bench.run_s += run_s
             if error:
                 bench.error = error
-            bench.points = bench.points or points  # the first pair's, for the CSV's stdev columns
+            bench.points = bench.points or points  # the first pair's run, kept in verify-attempt-N.json
             return {(p.n_gpu_layers, p.test): p.tokens_per_s for p in points}
 
         bench.pairs = interleaved_pairs(counts, verify.yardstick_pairs, binding, llama_bench, ctx.log)
