@@ -25,6 +25,7 @@ import papermill
 
 from playbook import resources
 from playbook.errors import MissingPredecessor, PlanRefused, RunFolderError, StepFailed
+from playbook.kernels import papermill_options
 from playbook.locks import RunLock
 from playbook.params import Params, flatten_groups, load_params, with_changes
 from playbook.runfolder.attestation import write_attestation
@@ -196,11 +197,6 @@ def _default_attempt(run: RunFolder, step: Step) -> int:
     return 1
 
 
-# The kernel's own log (its TCP transport warning, the interrupt it logs as it shuts down) says nothing about
-# the notebook it runs; the notebook's errors reach papermill either way. For every notebook the playbook executes.
-QUIET_KERNEL = ["--IPKernelApp.log_level=CRITICAL"]
-
-
 def execute_step(run: RunFolder, call: StepCall, *, verbose: bool = False) -> StepRecord:
     """Execute one step notebook into the run folder. The step records its own outcome; a notebook
     that raised is recorded as ``error`` and raised as :class:`StepFailed`."""
@@ -213,9 +209,8 @@ def execute_step(run: RunFolder, call: StepCall, *, verbose: bool = False) -> St
     error = ""
     try:
         papermill.execute_notebook(
-            str(resources.notebook(call.step.value)), str(output), parameters=parameters, kernel_name="python3",
-            cwd=str(run.path), log_output=verbose, progress_bar=False,
-            extra_arguments=[] if verbose else QUIET_KERNEL,
+            str(resources.notebook(call.step.value)), str(output), parameters=parameters, cwd=str(run.path),
+            log_output=verbose, **papermill_options(verbose=verbose),
         )
     except papermill.PapermillExecutionError as err:
         error = f"{err.ename}: {err.evalue}"

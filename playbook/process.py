@@ -14,10 +14,13 @@ On a limit the child's whole process group is killed (compilers are grandchildre
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,6 +28,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LineCallback = Callable[[str], None]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def dies_with_this_thread() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel kill the child when the thread that starts it ends (Linux).
+
+    Children run in their own sessions so that a limit can kill their whole group; that also lets them
+    outlive a ``kill -9`` of the playbook, and an orphan would go on building or probing, and writing into
+    a run folder that ``resume`` already took over. Only for children that end before their caller returns:
+    the signal follows the starting thread, not the process. ``None`` where the kernel has no such call.
+    """
+    if sys.platform != "linux":
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)  # loaded before the fork, not in it
+    parent = os.getpid()
+
+    def bind() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the call above
+            os._exit(1)
+    return bind
 
 
 @dataclass
@@ -58,6 +83,7 @@ def run_streaming(
     proc = subprocess.Popen(
         list(command), env=dict(env) if env is not None else None, cwd=cwd, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, start_new_session=True,
+        preexec_fn=dies_with_this_thread(),
     )
     lines: queue.Queue[str | None] = queue.Queue()
 

@@ -164,6 +164,21 @@ def test_a_disk_that_fills_during_the_build_is_named_and_nothing_recorded_is_dam
     assert check_run(run_dir).ok  # every file written before is whole and listed
 
 
+def _processes_working_in(folder: Path) -> list[str]:
+    """Processes whose working folder is in ``folder`` or whose environment names it (Linux)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = os.readlink(proc / "cwd")
+            environ = (proc / "environ").read_bytes()
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+        if cwd.startswith(str(folder)) or str(folder).encode() in environ:
+            found.append(f"{proc.name}: {args}")
+    return found
+
+
 def test_kill_9_during_the_build_and_during_verify_then_resume(tmp_path):
     marker = tmp_path / "hang"
     marker.touch()
@@ -197,8 +212,18 @@ def test_kill_9_during_the_build_and_during_verify_then_resume(tmp_path):
     resumed = subprocess.Popen([sys.executable, "-m", "playbook", "resume", str(run.path)], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     wait_for_step(outputs, Step.VERIFY)
+    if sys.platform == "linux":  # kill it while the child that loads the wheel waits on the marker
+        deadline = time.monotonic() + 120
+        while not any("probe.py" in p for p in _processes_working_in(tmp_path)):
+            assert time.monotonic() < deadline, "verify did not start its child"
+            time.sleep(0.2)
     os.killpg(resumed.pid, signal.SIGKILL)
     resumed.wait(timeout=60)
+    if sys.platform == "linux":  # the kernel and the probe have sessions of their own: they die with the run
+        deadline = time.monotonic() + 10
+        while (left := _processes_working_in(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left, f"still running after kill -9 of the run: {left}"
     verify_marker.unlink()
 
     finished = subprocess.run([sys.executable, "-m", "playbook", "resume", str(run.path)], capture_output=True,

@@ -19,7 +19,7 @@ import papermill
 
 from playbook import resources
 from playbook.backends import registry
-from playbook.chain import QUIET_KERNEL
+from playbook.kernels import papermill_options
 from playbook.errors import PlaybookError
 from playbook.runfolder.folder import RunFolder
 from playbook.runfolder.layout import RUN
@@ -189,7 +189,7 @@ def run_compare_notebook(run_dirs: list[Path], output_dir: Path) -> list[Path]:
         # relative to the output folder (the kernel's cwd), so the executed notebook reads anywhere
         parameters={"run_dirs": [os.path.relpath(Path(d).resolve(), output_dir.resolve()) for d in run_dirs],
                     "output_dir": "."},
-        kernel_name="python3", cwd=str(output_dir), progress_bar=False, extra_arguments=QUIET_KERNEL,
+        cwd=str(output_dir), **papermill_options(),
     )
     return [executed, output_dir / CSV_FILE, output_dir / PLOT_FILE]
 

@@ -23,7 +23,7 @@ from typing import Any
 from playbook.backends import registry
 from playbook.child_scripts.dll_directories import DLL_DIRECTORIES_VARIABLE  # read by the children before llama_cpp
 from playbook.knowledge.failures import Finding, diagnose_text
-from playbook.process import run_captured
+from playbook.process import dies_with_this_thread, run_captured
 
 CHILD_SCRIPTS = Path(__file__).resolve().parent.parent / "child_scripts"  # run as scripts, never imported
 CHILD_SCRIPT = CHILD_SCRIPTS / "probe.py"
@@ -116,6 +116,7 @@ def run_child(
             stderr=log,
             text=True,
             start_new_session=True,
+            preexec_fn=dies_with_this_thread(),
         )
         try:
             stdout, _ = proc.communicate(timeout=timeout_s)
