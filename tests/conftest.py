@@ -81,13 +81,21 @@ RTX_4070 = Gpu(0, "NVIDIA GeForce RTX 4070", 12282, "8.9")
 
 @pytest.fixture(scope="session")
 def pinned_source(tmp_path_factory):
-    """The pinned llama-cpp-python sdist (downloaded once per session) and a cache folder for it."""
+    """The pinned llama-cpp-python sdist and a cache folder for it: copied from this machine's playbook cache
+    when a run put it there (resolve_source checks its sha256), else downloaded once per session."""
+    import shutil
+
     from playbook.params import load_params
-    from playbook.steps.source import resolve_source
+    from playbook.steps.source import SDIST_NAME, resolve_source
 
     cache = tmp_path_factory.mktemp("playbook-cache")
-    source = load_params().source
-    return resolve_source(source.version, source.sha256, cache), cache
+    params = load_params()
+    name = SDIST_NAME.format(version=params.source.version)
+    kept = params.cache_dir / "sdists" / name
+    if kept.is_file():
+        (cache / "sdists").mkdir()
+        shutil.copy2(kept, cache / "sdists" / name)
+    return resolve_source(params.source.version, params.source.sha256, cache), cache
 
 
 # A CPU build of the pinned llama-cpp-python that this project's development VM keeps between sessions.

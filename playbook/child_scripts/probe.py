@@ -54,15 +54,19 @@ def library_file():
     return os.path.abspath(name) if isinstance(name, str) and os.path.sep in name else name
 
 
-def mapped_libraries():
-    """llama.cpp and ggml libraries mapped into this process, from /proc/self/maps (Linux only): shows
-    where the library's own dependencies (libggml*) came from, too."""
+# The C++, GCC and OpenMP runtimes: one of another build loaded first is a known cause of crashes at model load.
+RUNTIME_PREFIXES = ("libstdc++", "libgcc_s", "libgomp", "libomp", "libiomp", "libc++")
+
+
+def mapped_libraries(prefixes=("libllama", "libggml", "llama", "ggml")):
+    """Libraries mapped into this process whose names start with ``prefixes``, from /proc/self/maps (Linux
+    only): by default llama.cpp's and ggml's, which shows where the library's own dependencies came from too."""
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6}
     except OSError:
         return None
-    return sorted(p for p in paths if os.path.basename(p).startswith(("libllama", "libggml", "llama", "ggml")))
+    return sorted(p for p in paths if os.path.basename(p).startswith(prefixes))
 
 
 def probe():
@@ -73,6 +77,7 @@ def probe():
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace"),
         "library": library_file(),
         "mapped_libraries": mapped_libraries(),
+        "runtime_libraries": mapped_libraries(RUNTIME_PREFIXES),
         "lib_path_variable": os.environ.get("LLAMA_CPP_LIB_PATH"),
         "dll_directories": {"added": DLL_ADDED, "missing": DLL_MISSING},
         "devices": registered_devices(),

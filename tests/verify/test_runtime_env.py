@@ -126,6 +126,9 @@ def test_prebuilt_library_in_another_folder_is_the_one_loaded(tmp_path, cpu_whee
     mapped = outcome.result["mapped_libraries"]
     assert mapped and all(Path(p).parent == prebuilt for p in mapped), mapped
     assert outcome.result["version"] == "0.3.36"
+    # The C++ runtime the libraries were linked against, as the loader found it (libggml is C++)
+    runtimes = outcome.result["runtime_libraries"]
+    assert any(Path(p).name.startswith("libstdc++.so") and Path(p).is_file() for p in runtimes), runtimes
 
     # The whole verify with the plan's runtime_env: the library file is recorded, no finding.
     params = load_params(PARAMS_DIR / "cpu.yaml", [f"model.path={tiny_f16_model}", "model.quant=F16",

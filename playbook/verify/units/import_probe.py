@@ -62,6 +62,8 @@ class ImportProbeUnit:
         symbols_log = layout.symbols_log(attempt)
         probe.library_file = outcome.result.get("library")
         ctx.log(f"llama.cpp library loaded: {probe.library_file}")
+        if runtimes := outcome.result.get("runtime_libraries"):
+            ctx.log(f"C++ and OpenMP runtimes loaded with it: {', '.join(runtimes)}")
         symbols = [*ctx.params.verify.required_symbols, *([MTMD_SYMBOL] if ctx.target.multimodal else [])]
         findings += check_required_symbols(site_dir, list(dict.fromkeys(symbols)), ctx.request.python, symbols_log,
                                            ctx.timeout_s, extra_env=ctx.wheel.child_env)
