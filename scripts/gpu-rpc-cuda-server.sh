@@ -41,6 +41,7 @@ export PYTHONPATH="$bundle/site:$PWD" PATH="$bundle/site/bin:$PATH"
 # 2. The plan first, so that the log shows the client's and the server's CMake arguments before anything builds.
 settings=(--params params/rpc.yaml --set source.kind=path --set "source.path=$bundle"
           --set build.rpc_server_backend=cuda --set cuda.architectures=native --set "build.cache_dir=$work/cache"
+          --set build.native=false
           --set "model.shape=${MODEL_SHAPE:-1b}" --set verify.prompt_tokens=512 --set verify.gen_tokens=64
           --set verify.repetitions=2 --set verify.sweep_points=5)
 log "playbook plan ${settings[*]}"
@@ -54,6 +55,13 @@ log "playbook run: exit status $?"
 # 4. The report (the RPC plot is in it) and what comes back.
 for run in "$work"/runs/*/; do
   name="$(basename "$run")"
+  # The client crashed at model load here before (2026-11-25): what its libraries resolve to, and from where.
+  log "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} LD_PRELOAD=${LD_PRELOAD:-}"
+  for library in "$work"/cache/site/*/llama_cpp/lib/libllama.so; do
+    [ -f "$library" ] && log "ldd $library:" && ldd "$library" | grep -E "stdc|gcc_s|gomp|ggml|not found"
+  done
+  grep -h "runtime_libraries" "$run"/verify-logs/attempt-*/probe.log 2>/dev/null \
+    | sed 's/.*"runtime_libraries": \(\[[^]]*\]\).*/runtime libraries the probe mapped: \1/'
   "$python" -m playbook report "$run" && log "report: $run/report/index.html"
   tar -C "$work/runs" --exclude wheelhouse -czf "$results/$name.tar.gz" "$name"
   cp "$run"/rpc-attempt-*.png "$run"/throughput-attempt-*.png "$results"/ 2>/dev/null

@@ -1,7 +1,9 @@
 """``playbook report``: a run folder as HTML, for people who will not open JupyterLab.
 
 ``index.html`` summarizes the run (machine, plan, outcome, attempts, findings, throughput plot,
-the result of ``playbook check``) and links to each executed notebook, converted with nbconvert.
+the result of ``playbook check``) and links to each executed notebook, converted with nbconvert (where nbconvert
+is not installed, as with the offline bundle, which carries only what a headless run needs: each cell's code, text
+and images as plain HTML).
 Every file is written through papermill's I/O handlers, so the output may be a local folder or
 any URL papermill writes to (``s3://…``, ``gs://…``, ``abfs://…``). The plot is embedded, so the
 report is text files only. It is derived from the archive: ``report/`` is not in the manifest.
@@ -10,14 +12,15 @@ report is text files only. It is derived from the archive: ``report/`` is not in
 from __future__ import annotations
 
 import base64
+import html
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import nbformat
-from nbconvert import HTMLExporter
 from papermill.iorw import papermill_io
 
 from playbook.interfaces.tables import plot_alt
@@ -129,9 +132,9 @@ def write_report(run_dir: Path, output: str = "") -> str:
     if "://" not in output:
         Path(output).mkdir(parents=True, exist_ok=True)
     summary = read_summary(run_dir)
-    exporter = HTMLExporter(template_name="basic")
+    to_html = _notebook_converter()
     for name in summary.notebooks:
-        body, _ = exporter.from_notebook_node(nbformat.read(run_dir / name, as_version=4))
+        body = to_html(nbformat.read(run_dir / name, as_version=4))
         page = _ENV.get_template("notebook").render(title=f"{summary.run_id} · {name}", body=body, name=name)
         _write(page, f"{output}/{Path(name).stem}.html")
     plot = base64.b64encode((run_dir / summary.plot_png).read_bytes()).decode() if summary.plot_png else ""
@@ -139,6 +142,41 @@ def write_report(run_dir: Path, output: str = "") -> str:
     index = f"{output}/{REPORT_INDEX}"
     _write(_ENV.get_template("index").render(s=summary, plot=plot, rpc_plot=rpc_plot, Path=Path), index)
     return index
+
+
+def _notebook_converter() -> Callable[[nbformat.NotebookNode], str]:
+    try:
+        from nbconvert import HTMLExporter
+    except ImportError:
+        return plain_notebook_html
+    exporter = HTMLExporter(template_name="basic")
+    return lambda notebook: exporter.from_notebook_node(notebook)[0]
+
+
+def plain_notebook_html(notebook: nbformat.NotebookNode) -> str:
+    """A notebook as plain HTML without nbconvert: each code cell's source, then its text, HTML and images."""
+    parts = []
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            parts.append(f"<pre class=\"markdown\">{html.escape(cell.source)}</pre>")
+            continue
+        if cell.cell_type != "code":
+            continue
+        parts.append(f"<pre class=\"jp-InputArea-editor\">{html.escape(cell.source)}</pre>")
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream":
+                parts.append(f"<pre>{html.escape(output.text)}</pre>")
+            elif output.output_type == "error":
+                parts.append(f"<pre class=\"error\">{html.escape(output.ename + ': ' + output.evalue)}</pre>")
+            elif "text/html" in output.get("data", {}):
+                parts.append(output.data["text/html"])  # the notebook's own tables and images with their alt text
+            elif "image/png" in output.get("data", {}):
+                described = output.data.get("text/plain", "")
+                alt = html.escape("a figure" if described.startswith("<") else described, quote=True)  # "<...Image object>"
+                parts.append(f'<img src="data:image/png;base64,{output.data["image/png"]}" alt="{alt}">')
+            elif "text/plain" in output.get("data", {}):
+                parts.append(f"<pre>{html.escape(output.data['text/plain'])}</pre>")
+    return "\n".join(parts)
 
 
 def _write(text: str, location: str) -> None:

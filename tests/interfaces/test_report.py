@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 from pathlib import Path
 
@@ -61,3 +62,27 @@ def test_a_step_without_a_recorded_notebook_gets_no_link(tmp_path):
     index = Path(write_report(run_dir)).read_text()
     assert 'href=".html"' not in index and "none recorded" in index
     assert 'href="01-detect.html"' in index
+
+
+def test_the_report_is_written_where_nbconvert_is_not_installed(tmp_path):
+    """The offline bundle carries what a headless run imports, not nbconvert: `playbook report` still writes every
+    page, each notebook's code and outputs as plain HTML, the plot with its alternative text."""
+    import shutil
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / REFERENCE_RUN.name
+    shutil.copytree(REFERENCE_RUN, run_dir, ignore=shutil.ignore_patterns("report"))
+    hide_nbconvert = ("import sys; sys.modules['nbconvert'] = None; from playbook.interfaces.cli import main; "
+                      "sys.exit(main(['report', sys.argv[1]]))")
+    out = subprocess.run([sys.executable, "-c", hide_nbconvert, str(run_dir)], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    verify_page = (run_dir / "report" / "05-verify-attempt-1.html").read_text()
+    notebook = nbformat.read(run_dir / "05-verify-attempt-1.ipynb", as_version=4)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert html.escape(code[-1].source) in verify_page  # every cell's code, the last one too
+    printed = next(o.text for c in code for o in c.outputs if o.output_type == "stream" and o.text.strip())
+    assert html.escape(printed) in verify_page
+    assert '<img src="data:image/png;base64,' in verify_page  # the plot
+    assert (run_dir / "report" / "01-detect.html").is_file() and (run_dir / "report" / "index.html").is_file()
