@@ -1,16 +1,21 @@
 """Verify's measurements of one run folder as Markdown tables: the binding against llama-bench over interleaved
 pairs of processes (throughput-attempt-N.csv, verify.llama_bench with verify.yardstick_pairs), or the tune's gains
-at depth (tune-attempt-N.json, verify.tune).
+at depth (tune-attempt-N.json, verify.tune), or the pairs' repetitions one by one (--by-repetition: the binding's
+child logs, packed beside a big run as RUN_DIR.verify-logs.tar.xz, and llama-bench's log, which holds every pair).
 
     python benchmarks/yardstick_table.py RUN_DIR [ATTEMPT]
     python benchmarks/yardstick_table.py --tune RUN_DIR [ATTEMPT]
+    python benchmarks/yardstick_table.py --by-repetition RUN_DIR [ATTEMPT]
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
+import statistics
 import sys
+import tarfile
 from pathlib import Path
 
 
@@ -36,8 +41,48 @@ def tune_table(run: Path, attempt: int = 1) -> str:
     return "\n".join(lines)
 
 
+def _binding_repetitions(run: Path, attempt: int) -> list[dict[tuple[int, str], list[float]]]:
+    """Per pair: the binding child's tokens/s of each repetition, by (n_gpu_layers, test)."""
+    pairs = []
+    with tarfile.open(run.parent / f"{run.name}.verify-logs.tar.xz") as packed:
+        names = sorted(n for n in packed.getnames() if re.search(rf"attempt-{attempt}/yardstick-pair-\d+\.log$", n))
+        for name in names:
+            text = packed.extractfile(name).read().decode(errors="replace")
+            result = json.loads(re.search(r"^PLAYBOOK_RESULT (.*)$", text, re.M).group(1))
+            pairs.append({(point["n_gpu_layers"], test): [measured["n_tokens"] / s for s in measured["samples_s"]]
+                          for point in result["points"] for test, measured in point["depths"]["0"].items()})
+    return pairs
+
+
+def _bench_repetitions(run: Path, attempt: int, pairs: int) -> list[dict[tuple[int, str], list[float]]]:
+    """Per pair: llama-bench's samples_ts, by (n_gpu_layers, test); its log holds the pairs one after another."""
+    text = (run / f"llama-bench-attempt-{attempt}.log").read_text(errors="replace")
+    rows = [json.loads(m.group(0)) for m in re.finditer(r'\{[^{}]*"samples_ts"[^{}]*\}', text, re.S)]
+    per_pair = len(rows) // pairs
+    return [{(row["n_gpu_layers"], "pp" if row["n_prompt"] else "tg"): row["samples_ts"]
+             for row in rows[k * per_pair:(k + 1) * per_pair]} for k in range(pairs)]
+
+
+def repetition_table(run: Path, attempt: int = 1) -> str:
+    """Each repetition compared on its own, medians over the pairs: is the gap in the first repetition after the
+    warm-up (each side's first against its second), or in every one?"""
+    binding = _binding_repetitions(run, attempt)
+    bench = _bench_repetitions(run, attempt, len(binding))
+    lines = ["| layers offloaded | test | ratio, 1st repetition | ratio, 2nd repetition | "
+             "1st / 2nd, binding | 1st / 2nd, llama-bench |", "|---:|---|---:|---:|---:|---:|"]
+    for key in sorted(binding[0], key=lambda k: (k[1], k[0])):
+        def median(values: list[float]) -> str:
+            return f"{statistics.median(values):.3f}"
+        ours, theirs = [pair[key] for pair in binding], [pair[key] for pair in bench]
+        lines.append(f"| {key[0]} | {key[1]} | {median([o[0] / t[0] for o, t in zip(ours, theirs)])} | "
+                     f"{median([o[1] / t[1] for o, t in zip(ours, theirs)])} | {median([o[0] / o[1] for o in ours])} | "
+                     f"{median([t[0] / t[1] for t in theirs])} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    make = tune_table if args[:1] == ["--tune"] else table
-    args = args[1:] if make is tune_table else args
+    views = {"--tune": tune_table, "--by-repetition": repetition_table}
+    make = views.get(args[0], table)
+    args = args[1:] if args[0] in views else args
     print(make(Path(args[0]), int(args[1]) if len(args) > 1 else 1))

@@ -635,6 +635,8 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
     Excerpt(README, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(README, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}", lambda: _yardstick().table(REF / YARDSTICK)),
+    Excerpt(README, f"benchmarks/yardstick_table.py --by-repetition outputs/reference/{YARDSTICK}",
+            lambda: _yardstick().repetition_table(REF / YARDSTICK)),
     Excerpt(README, f"benchmarks/yardstick_table.py --tune outputs/reference/{TUNE_7B}",
             lambda: _yardstick().tune_table(REF / TUNE_7B)),
 ]
