@@ -65,6 +65,16 @@ def test_one_failure_in_any_locale_or_colour_is_named_and_quoted_as_written(line
     assert finding.evidence == ANSI.sub("", line).strip()  # the log's own words, less colour codes
 
 
+@pytest.mark.parametrize("line", [
+    "/tmp/cc1SXjxo.s:26007: Error: unsupported instruction `vpdpbusd'",
+    "/tmp/cc1SXjxo.s:26007: 错误：unsupported instruction `vpdpbusd'",  # gas in Chinese: only 错误 is translated
+])
+def test_a_line_whose_only_translated_word_is_short_is_still_translated(line):
+    """错误 ("error") is two characters, below a pattern literal's length, yet marks a translated line."""
+    findings = diagnose_text("/tmp/cc1SXjxo.s: Assembler messages:\n" + line + "\n")
+    assert [f.id for f in findings] == ["assembler-too-old"]
+
+
 def test_folding_for_similarity_drops_what_differs_between_users():
     one = fold_for_similarity("/home/alice/llama.cpp/ggml/src/ggml-cuda/ggml-cuda.cu(412): error: identifier "
                               "\"__hmax\" is undefined (CUDA 12.4.131)")
