@@ -220,6 +220,7 @@ def test_a_folder_made_step_by_step_names_its_notebooks_and_check_says_to_resume
     [problem] = check_run(run_dir).problems
     assert "the run stopped after build (attempt 1) (ok) without ending" in problem
     assert f"`playbook resume {run_dir}` runs the steps left and seals it" in problem
+    assert check_run(run_dir).lines()[0] == f"{run_dir}: FAILED (no manifest to check files against)"  # not "()"
 
     main(["resume", str(run_dir)])  # verify fails (the tiny wheel is no llama_cpp): the run ends, sealed
     assert run.record().outcome is Outcome.FAILED

@@ -49,7 +49,8 @@ class CheckResult:
         counts: dict[str, int] = {}
         for f in self.files:
             counts[f.status] = counts.get(f.status, 0) + 1
-        head = f"{self.run_dir}: {'ok' if self.ok else 'FAILED'} (" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
+        tally = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no manifest to check files against"
+        head = f"{self.run_dir}: {'ok' if self.ok else 'FAILED'} ({tally})"
         return [head, *(f"  {f.status}: {f.path}" + (f" ({f.detail})" if f.detail else "")
                         for f in self.files if f.status != OK), *(f"  problem: {p}" for p in self.problems)]
 
