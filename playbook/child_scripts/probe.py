@@ -91,6 +91,11 @@ def registered_devices():
         ggml = ggml_library()
     except (RuntimeError, OSError):
         return None
+    return device_list(ggml, describe=True)
+
+
+def device_list(ggml, describe=False):
+    """The devices ggml's registry holds now: their names, or "name: description" with ``describe``."""
     ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
     ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
@@ -100,8 +105,9 @@ def registered_devices():
     devices = []
     for i in range(ggml.ggml_backend_dev_count()):
         device = ggml.ggml_backend_dev_get(i)
-        devices.append(f"{ggml.ggml_backend_dev_name(device).decode(errors='replace')}: "
-                       f"{ggml.ggml_backend_dev_description(device).decode(errors='replace')}")
+        name = ggml.ggml_backend_dev_name(device).decode(errors="replace")
+        devices.append(f"{name}: {ggml.ggml_backend_dev_description(device).decode(errors='replace')}" if describe
+                       else name)
     return devices
 
 
@@ -372,11 +378,6 @@ def connect_rpc_servers(endpoints):
     ggml.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
     ggml.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     ggml.ggml_backend_register.argtypes = [ctypes.c_void_p]
-    ggml.ggml_backend_dev_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_dev_get.restype = ctypes.c_void_p
-    ggml.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    ggml.ggml_backend_dev_name.restype = ctypes.c_char_p
-    ggml.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
     rpc = ggml.ggml_backend_reg_by_name(b"RPC")
     if not rpc:
         raise RuntimeError("this llama.cpp has no RPC backend (built without -DGGML_RPC=ON)")
@@ -389,8 +390,7 @@ def connect_rpc_servers(endpoints):
         if not registry:
             raise RuntimeError(f"rpc-server {endpoint}: ggml_backend_rpc_add_server failed")
         ggml.ggml_backend_register(registry)
-    devices = [ggml.ggml_backend_dev_name(ggml.ggml_backend_dev_get(i)).decode()
-               for i in range(ggml.ggml_backend_dev_count())]
+    devices = device_list(ggml)
     sys.stderr.write(f"playbook: devices after connecting {','.join(endpoints)}: {', '.join(devices)}\n")
     return devices
 

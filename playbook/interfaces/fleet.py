@@ -19,8 +19,8 @@ import papermill
 
 from playbook import resources
 from playbook.backends import registry
-from playbook.kernels import papermill_options
 from playbook.errors import PlaybookError
+from playbook.kernels import papermill_options
 from playbook.runfolder.folder import RunFolder
 from playbook.runfolder.layout import RUN
 from playbook.serialization import read_json

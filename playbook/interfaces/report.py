@@ -137,11 +137,15 @@ def write_report(run_dir: Path, output: str = "") -> str:
         body = to_html(nbformat.read(run_dir / name, as_version=4))
         page = _ENV.get_template("notebook").render(title=f"{summary.run_id} · {name}", body=body, name=name)
         _write(page, f"{output}/{Path(name).stem}.html")
-    plot = base64.b64encode((run_dir / summary.plot_png).read_bytes()).decode() if summary.plot_png else ""
-    rpc_plot = base64.b64encode((run_dir / summary.rpc_png).read_bytes()).decode() if summary.rpc_png else ""
     index = f"{output}/{REPORT_INDEX}"
-    _write(_ENV.get_template("index").render(s=summary, plot=plot, rpc_plot=rpc_plot, Path=Path), index)
+    _write(_ENV.get_template("index").render(s=summary, plot=_embedded(run_dir, summary.plot_png),
+                                             rpc_plot=_embedded(run_dir, summary.rpc_png), Path=Path), index)
     return index
+
+
+def _embedded(run_dir: Path, png: str) -> str:
+    """A plot of the run folder as base64, for a data: URL ("" for no plot)."""
+    return base64.b64encode((run_dir / png).read_bytes()).decode() if png else ""
 
 
 def _notebook_converter() -> Callable[[nbformat.NotebookNode], str]:

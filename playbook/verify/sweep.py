@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.settings import BenchSettings, differences
@@ -236,17 +238,21 @@ def plot_throughput(points: list[SweepPoint], title: str, paths: list[Path], tg_
                     gpu_offload: bool = True, scale: str = "auto") -> list[Path]:
     """Tokens/s against offloaded layers, prompt processing and generation side by side, saved to each of
     ``paths`` (the format from its suffix); for a CPU-only build, one bar each (nothing to sweep)."""
+    if gpu_offload:
+        return save_side_by_side(title, paths, lambda axes: _plot_sweep(axes, points, tg_limit, plot_scale(points, scale)))
+    return save_side_by_side(f"CPU-only build · {title}", paths, lambda axes: _plot_cpu_bars(axes, points))
+
+
+def save_side_by_side(title: str, paths: list[Path], draw: Callable[[Any], None]) -> list[Path]:
+    """A figure of two axes side by side (prompt processing, generation) that ``draw`` fills, saved to each of
+    ``paths`` (the format from its suffix)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    if gpu_offload:
-        _plot_sweep(axes, points, tg_limit, plot_scale(points, scale))
-    else:
-        _plot_cpu_bars(axes, points)
-        title = f"CPU-only build · {title}"
+    draw(axes)
     fig.suptitle(title)
     fig.tight_layout()
     for path in paths:

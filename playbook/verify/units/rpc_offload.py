@@ -22,7 +22,7 @@ from playbook.verify.rpc_server import (
     announced_devices,
     held_mib,
 )
-from playbook.verify.sweep import SweepPoint, layer_counts, sweep_point
+from playbook.verify.sweep import SweepPoint, layer_counts, save_side_by_side, sweep_point
 from playbook.verify.units.model_file import MODEL_FILE
 from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP, run_bench_child
 
@@ -165,41 +165,34 @@ def summary(offload: RpcOffload) -> str:
 def plot_local_against_rpc(local: list[SweepPoint], offload: RpcOffload, title: str, paths: list[Path]) -> list[Path]:
     """Tokens/s by layers: the local sweep (layers on the client's own device; one point, drawn across, for a
     CPU-only client) against the layers sent to the RPC server; prompt processing and generation side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     local_ok = sorted((p for p in local if p.status == "ok"), key=lambda p: p.n_gpu_layers)
     remote_ok = [p for p in offload.points if p.status == "ok"]
-    for ax, attr, label in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
-        if len(local_ok) == 1:
-            ax.axhline(getattr(local_ok[0], f"{attr}_tokens_per_s"), color="gray", linestyle="--",
-                       label=f"local, {local_ok[0].n_gpu_layers} layers offloaded")
-        elif local_ok:
-            ax.plot([p.n_gpu_layers for p in local_ok], [getattr(p, f"{attr}_tokens_per_s") for p in local_ok],
-                    marker="s", color="gray", label="local: layers on the client's own device")
-        if remote_ok:
-            ax.errorbar([p.n_gpu_layers for p in remote_ok], [getattr(p, f"{attr}_tokens_per_s") for p in remote_ok],
-                        yerr=[getattr(p, f"{attr}_stdev") or 0.0 for p in remote_ok], marker="o", capsize=3,
-                        label="RPC: layers sent to rpc-server")
-        for bad in (p for p in offload.points if p.status != "ok"):
-            ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("layers (n_gpu_layers)")
-        ax.set_ylabel("tokens/s")
-        ax.set_ylim(bottom=0)
-        ax.set_title(label)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
+
+    def draw(axes) -> None:
+        for ax, attr, label in ((axes[0], "pp", "prompt processing"), (axes[1], "tg", "token generation")):
+            if len(local_ok) == 1:
+                ax.axhline(getattr(local_ok[0], f"{attr}_tokens_per_s"), color="gray", linestyle="--",
+                           label=f"local, {local_ok[0].n_gpu_layers} layers offloaded")
+            elif local_ok:
+                ax.plot([p.n_gpu_layers for p in local_ok], [getattr(p, f"{attr}_tokens_per_s") for p in local_ok],
+                        marker="s", color="gray", label="local: layers on the client's own device")
+            if remote_ok:
+                ax.errorbar([p.n_gpu_layers for p in remote_ok], [getattr(p, f"{attr}_tokens_per_s") for p in remote_ok],
+                            yerr=[getattr(p, f"{attr}_stdev") or 0.0 for p in remote_ok], marker="o", capsize=3,
+                            label="RPC: layers sent to rpc-server")
+            for bad in (p for p in offload.points if p.status != "ok"):
+                ax.axvline(bad.n_gpu_layers, color="red", alpha=0.4, linestyle=":")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("layers (n_gpu_layers)")
+            ax.set_ylabel("tokens/s")
+            ax.set_ylim(bottom=0)
+            ax.set_title(label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+
+    return save_side_by_side(title, paths, draw)
 
 
 RPC_OFFLOAD = RpcOffloadUnit()
