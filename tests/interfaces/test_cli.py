@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,7 +105,9 @@ def test_a_version_that_does_not_exist_is_refused_before_any_run_folder(tmp_path
     assert not outputs.exists()
 
 
-def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path):
+def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path, pinned_source):
+    _, session_cache = pinned_source
+    shutil.copytree(session_cache / "sdists", tmp_path / "cache" / "sdists")  # no download, which can stall
     outputs = tmp_path / "outputs"
     out = playbook("run", "--set", "backend=cuda", "--set", f"cuda.toolkit={tmp_path / 'no-toolkit'}",
                    "--set", f"build.cache_dir={tmp_path / 'cache'}", "--output", str(outputs))
