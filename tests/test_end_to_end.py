@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import nbformat
 import pytest
@@ -27,7 +28,9 @@ from playbook.verify.step import VerifyResult
 
 
 @pytest.mark.slow
-def test_cpu_chain_builds_runs_and_archives(tmp_path):
+def test_cpu_chain_builds_runs_and_archives(tmp_path, pinned_source):
+    _, session_cache = pinned_source
+    shutil.copytree(session_cache / "sdists", tmp_path / "cache" / "sdists")  # no download, which can stall
     params = load_params(params_dir() / "cpu.yaml", ["verify.repetitions=1", "verify.prompt_tokens=32",
                                                      "verify.gen_tokens=8", f"build.cache_dir={tmp_path / 'cache'}"])
     run = run_chain(params, "params/cpu.yaml (test)", tmp_path)
