@@ -55,7 +55,8 @@ log "playbook run: exit status $?"
 # 4. The report (the RPC plot is in it) and what comes back.
 for run in "$work"/runs/*/; do
   name="$(basename "$run")"
-  # The client crashed at model load here before (2026-11-25): what its libraries resolve to, and from where.
+  # The client crashed at model load here on 2026-11-25: /opt/gcc/bin/g++ linked libstdc++.a into libggml-rpc.so
+  # beside the libstdc++.so.6 numpy loads (verify's cxx-runtime unit names it; repair rebuilds with /usr/bin/c++).
   log "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} LD_PRELOAD=${LD_PRELOAD:-}"
   for library in "$work"/cache/site/*/llama_cpp/lib/libllama.so; do
     [ -f "$library" ] && log "ldd $library:" && ldd "$library" | grep -E "stdc|gcc_s|gomp|ggml|not found"

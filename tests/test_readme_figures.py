@@ -58,6 +58,7 @@ TUNE_7B = "20261125T160940Z-vm"  # H100, the 7B tune within verify.tune_budget_s
 FORK = "20261125T144314Z-vm"  # guide 002's fork, CPU-only
 OPENBLAS = "20261125T144256Z-vm"  # OpenBLAS on the CPU-only VM
 RPC = "20261125T155256Z-vm"  # RPC client and server on the CPU-only VM
+RPC_GPU = "20261125T214733Z-vm"  # H100: CPU+RPC client (repaired: cxx-runtime-copies), CUDA rpc-server
 OPENBLAS_VS_CPU = "openblas-vs-cpu-vm.txt"
 HIP = "20261125T145359Z-vm"  # HIP compiled with Debian 13's ROCm on the CPU-only VM
 
@@ -78,8 +79,8 @@ def openblas_round(model: str, number: int, wheel: str, test: str) -> Callable[[
     return read
 
 
-def rpc_point(ngl: int) -> Callable[[], float]:
-    return lambda: next(p["tg_tokens_per_s"] for p in _json(REF / RPC / "verify-attempt-1.json")["rpc"]["points"]
+def rpc_point(ngl: int, run: str = RPC, attempt: int = 1) -> Callable[[], float]:
+    return lambda: next(p["tg_tokens_per_s"] for p in _json(REF / run / f"verify-attempt-{attempt}.json")["rpc"]["points"]
                         if p["n_gpu_layers"] == ngl)
 
 
@@ -377,6 +378,21 @@ FIGURES = [
     F(RUNS, "pp512 {} t/s, tg32", point(OPENBLAS, 1, 0, "pp_tokens_per_s"), ".1f"),
     F(RUNS, "t/s, tg32 {} t/s (tiny model)", point(OPENBLAS, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "tg 4.1 / 0.8 / {} t/s with 0 / 2 / 5", rpc_point(5), ".1f"),
+    # README.md and outputs/reference/README.md: RPC on the H100, after repair named the second C++ runtime
+    F(README, "rebuilt with `-DCMAKE_CXX_COMPILER=/usr/bin/c++` in {} s", build(RPC_GPU, 2, "duration_s"), ".1f"),
+    F(README, "token generation {} t/s with 0 layers sent, 97.4", rpc_point(0, RPC_GPU, 2), ".1f"),
+    F(README, "t/s with 0 layers sent, {} with 8", rpc_point(8, RPC_GPU, 2), ".1f"),
+    F(README, "with 8 and {} with all 17", rpc_point(17, RPC_GPU, 2), ".1f"),
+    F(README, "server then holding {} MiB), against", verify(RPC_GPU, 2, "rpc.servers.0.held_mib_by_layers.17"), ".1f"),
+    F(README, "against {} t/s locally without a server", point(RPC_GPU, 2, 0, "tg_tokens_per_s"), ".1f"),
+    F(README, "relative error {}, top-1 agreement 85.5", verify(RPC_GPU, 2, "rpc.agreement.relative_error"), ".3f"),
+    F(README, "top-1 agreement {} % (the limits", per_cent(verify(RPC_GPU, 2, "rpc.agreement.top1_agreement")), ".1f"),
+    F(README, "(the limits: {} and 75 %)", verify(RPC_GPU, 2, "rpc.agreement.max_relative_error"), ".1f"),
+    F(README, "(the limits: 0.1 and {} %)", per_cent(verify(RPC_GPU, 2, "rpc.agreement.min_top1_agreement")), ".0f"),
+    F(RUNS, "tg {} / 97.4 / 663.6 t/s with 0 / 8 / 17", rpc_point(0, RPC_GPU, 2), ".1f"),
+    F(RUNS, "tg 65.8 / {} / 663.6 t/s with 0 / 8 / 17", rpc_point(8, RPC_GPU, 2), ".1f"),
+    F(RUNS, "tg 65.8 / 97.4 / {} t/s with 0 / 8 / 17", rpc_point(17, RPC_GPU, 2), ".1f"),
+    F(RUNS, "layers sent to the CUDA server, {} t/s locally", point(RPC_GPU, 2, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "layers sent, {} t/s locally", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "t/s locally; {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"), ".1f"),
     F(README, "all 167 of 167 build steps in {} s", build(HIP, 1, "duration_s"), ".0f"),

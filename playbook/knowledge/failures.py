@@ -46,6 +46,8 @@ class Remedy:
     toolkit_add: tuple[str, ...] = ()
     # Move to a CUDA release from PyPI that compiles the architectures and accepts the host compiler.
     pypi_toolkit: bool = False
+    # Build with a C++ compiler of this machine that links the C++ runtime as a shared library.
+    shared_cxx_runtime: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Remedy:
@@ -64,6 +66,7 @@ class Remedy:
             backends=tuple(data.get("backends", ())),
             toolkit_add=tuple(data.get("toolkit_add", ())),
             pypi_toolkit=bool(data.get("pypi_toolkit", False)),
+            shared_cxx_runtime=bool(data.get("shared_cxx_runtime", False)),
         )
 
 

@@ -8,7 +8,9 @@ matched, or verify's findings are taken as they are. :func:`apply_remedies` turn
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan, Decision, machine_platform, multimodal_built
 from playbook.steps.configure.plan import shell_lines
 from playbook.steps.detect import Facts
-from playbook.toolkits import pypi
+from playbook.toolkits import cxx_runtime, pypi
 
 
 @dataclass
@@ -136,11 +138,34 @@ def apply_remedies(
             add_toolkit_components(new, facts, list(remedy.toolkit_add), cache_dir)
         if new.backend is Backend.CUDA and remedy.pypi_toolkit:
             move_to_pypi_toolkit(new, facts, cache_dir)
+        if remedy.shared_cxx_runtime:
+            use_shared_cxx_runtime(new, facts)
         if dataclasses.asdict(new) != before:
             new.remedies_applied.append(finding.id)
             new.decisions.append(Decision("repair", finding.id, f"automatic remedy for: {finding.title}"))
     new.multimodal = multimodal_built(new.cmake_args)
     return new if new.remedies_applied != plan.remedies_applied else None
+
+
+def use_shared_cxx_runtime(plan: BuildPlan, facts: Facts, environ: Mapping[str, str] | None = None) -> None:
+    """Name a C and C++ compiler of this machine that link the C++ runtime shared, in place of the one that
+    copied it into every library (CMAKE_CXX_COMPILER, else $CXX); no change when detect found none."""
+    environ = os.environ if environ is None else environ
+    given = [a.split("=", 1)[1] for a in plan.cmake_args if a.startswith("-DCMAKE_CXX_COMPILER=")]
+    used = given[-1] if given else plan.env.get("CXX") or environ.get("CXX", "")
+    candidates = [t.path for t in facts.compilers
+                  if t.found and Path(t.path).name.split("-")[0] in cxx_runtime.C_COMPILER_FOR]
+    chosen = cxx_runtime.compilers_with_shared_runtime(candidates, avoid=used)
+    if chosen is None:
+        return
+    chosen_args = [f"-DCMAKE_C_COMPILER={chosen.c}", f"-DCMAKE_CXX_COMPILER={chosen.cxx}"]
+    if plan.backend is Backend.CUDA:
+        chosen_args.append(f"-DCMAKE_CUDA_HOST_COMPILER={chosen.cxx}")
+    names = {a.split("=", 1)[0] for a in chosen_args}
+    plan.cmake_args = [a for a in plan.cmake_args if a.split("=", 1)[0] not in names] + chosen_args
+    plan.decisions.append(Decision("C++ compiler", chosen.cxx,
+                                   f"it links the C++ runtime as libstdc++.so; {used or 'the compiler used'} "
+                                   "linked the runtime into the wheel's libraries"))
 
 
 def add_toolkit_components(plan: BuildPlan, facts: Facts, components: list[str], cache_dir: Path) -> None:

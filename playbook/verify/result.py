@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playbook.knowledge.failures import Finding
+from playbook.toolkits.cxx_runtime import RuntimeCopies
 from playbook.verify.agreement import Agreement
 from playbook.verify.backend_libraries import LibraryCheck
 from playbook.verify.cuda_elf import CudaElf
@@ -70,6 +71,8 @@ class VerifyResult:
     cuda_elf: CudaElf | None = None
     # A HIP wheel: the gfx targets its ggml-hip library holds code objects for (its .hip_fatbin bundles).
     hip_bundles: HipBundles | None = None
+    # The wheel's libraries that carry their own copy of the C++ runtime (two or more: a finding).
+    cxx_runtime: RuntimeCopies | None = None
     # Why only the build and its machine code were checked: the wheel cannot load on this machine ("" otherwise).
     compiled_only: str = ""
     # Why the GPU checks (logits agreement, offloaded layers) did not run; "" when they did.

@@ -206,6 +206,7 @@ EXPECTED_REMEDIES = {
     "metal-common-header-missing": lambda r: r.cmake_args_add == ("-DGGML_METAL_EMBED_LIBRARY=ON",)
     and r.backends == ("metal",),
     "native-cpu-flag-rejected": lambda r: r.cmake_args_add == ("-DGGML_NATIVE=OFF",),
+    "cxx-runtime-copies": lambda r: r.shared_cxx_runtime and not r.cmake_args_add,
 }
 
 

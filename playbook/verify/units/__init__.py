@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from playbook.verify.measurement import Registry
 from playbook.verify.units.backend_library import BACKEND_LIBRARY
+from playbook.verify.units.cxx_runtime import CXX_RUNTIME
 from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.llama_bench import LLAMA_BENCH
@@ -26,6 +27,7 @@ def default_registry() -> Registry:
     registry = Registry()
     registry.register(MACHINE_CODE)  # before the probe: without a GPU, the machine code shows a GPU build
     registry.register(IMPORT_PROBE)  # stops verify when the wheel does not import
+    registry.register(CXX_RUNTIME)  # before any model load: two C++ runtimes crash there, after a good import
     registry.register(MODEL_FILE)  # stops verify when the model cannot be written or read
     registry.register(GPU_CPU_AGREEMENT)
     registry.register(OFFLOAD_SWEEP)
