@@ -113,6 +113,9 @@ class Index:
         example = self.examples[best[1]]
         return Match(example.id, round(best[0], 4), example)
 
+    def vote(self, lines: list[str], exclude_thread: str = "") -> Match | None:
+        return self.nearest(lines, exclude_thread)
+
 
 @dataclass(frozen=True)
 class Threshold:
@@ -131,8 +134,13 @@ def measure_threshold(index: Index, target: float = TARGET_PRECISION) -> Thresho
         match = index.nearest(list(example.lines), exclude_thread=example.thread)
         if match is not None:
             outcomes.append((match.score, match.id in (example.expected or (example.id,))))
-    outcomes.sort(key=lambda item: -item[0])
-    best = Threshold(1.01, 0.0, 0, len(index.examples))  # never name anything when no threshold reaches it
+    return threshold_of(outcomes, len(index.examples), target)
+
+
+def threshold_of(outcomes: list[tuple[float, bool]], examples: int, target: float = TARGET_PRECISION) -> Threshold:
+    """The lowest score of ``outcomes`` (score, right) at and above which precision stays >= ``target``."""
+    outcomes = sorted(outcomes, key=lambda item: -item[0])
+    best = Threshold(1.01, 0.0, 0, examples)  # never name anything when no threshold reaches it
     right = 0
     for count, (score, correct) in enumerate(outcomes, start=1):
         right += correct
@@ -140,7 +148,7 @@ def measure_threshold(index: Index, target: float = TARGET_PRECISION) -> Thresho
         if next_score == score:
             continue  # a threshold cannot split equal scores
         if right / count >= target:
-            best = Threshold(round(score, 4), round(right / count, 4), count, len(index.examples))
+            best = Threshold(round(score, 4), round(right / count, 4), count, examples)
     return best
 
 
@@ -198,20 +206,37 @@ def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase
 def examples_from(repo: Path) -> list[Example]:
     """The examples of a checkout: every log under tests/data/failures/<id>/ and every log of the corpus's
     train part that expects a failure. Never the corpus's test part."""
+    return [example for example, _ in _examples_and_queries(repo)]
+
+
+def query_lines_from(repo: Path) -> list[list[str]]:
+    """For each of :func:`examples_from`'s examples, the lines its log gives as a query (its error lines
+    only, as :func:`nearest_failure` reads a log no pattern named): what leave-one-thread-out matches."""
+    return [query for _, query in _examples_and_queries(repo)]
+
+
+@lru_cache(maxsize=4)
+def _examples_and_queries(repo: Path) -> tuple[tuple[Example, list[str]], ...]:
     from playbook.knowledge.corpus import thread_key
     from playbook.knowledge.evaluation import read_corpus
+    from playbook.knowledge.logtext import LogText
 
-    examples = []
+    rows = []
     failures = repo / "tests" / "data" / "failures"
     for path in sorted(failures.glob("*/*.txt")):
         text = path.read_text(encoding="utf-8")
         first, _, body = text.partition("\n")
         source = _public(first.removeprefix("# source:").strip())
-        examples.append(_example(body, (path.parent.name,), source, _public(thread_key(source))))
+        rows.append((body, (path.parent.name,), source, _public(thread_key(source))))
     for log in read_corpus(repo / "tests" / "data" / "corpus", "train"):
         if log.expected:
-            examples.append(_example(log.text, log.expected, log.source, thread_key(log.source)))
-    return [example for example in examples if example.lines]
+            rows.append((log.text, log.expected, log.source, thread_key(log.source)))
+    pairs = []
+    for text, expected, source, thread in rows:
+        example = _example(text, expected, source, thread)
+        if example.lines:
+            pairs.append((example, error_lines_of(LogText.from_text(text))))
+    return tuple(pairs)
 
 
 def _public(source: str) -> str:
