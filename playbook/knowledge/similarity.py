@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 INDEX_FILE = "similarity_index.json"
 TARGET_PRECISION = 0.9
+MIN_SIMILARITY = 0.3  # under it no id is named, however far the others are
 LINES_PER_EXAMPLE = 12
 CHARS_PER_LINE = 240
 WORD = re.compile(r"<\w+>|[a-z_][a-z0-9_+.-]*[a-z0-9_]|[a-z]")
@@ -69,8 +70,9 @@ class Example:
 @dataclass(frozen=True)
 class Match:
     id: str
-    score: float
+    score: float  # cosine similarity to the nearest example
     example: Example
+    confidence: float = 0.0  # score less the best score of any other id: what the threshold applies to
 
 
 class Index:
@@ -113,8 +115,26 @@ class Index:
         example = self.examples[best[1]]
         return Match(example.id, round(best[0], 4), example)
 
-    def vote(self, lines: list[str], exclude_thread: str = "") -> Match | None:
-        return self.nearest(lines, exclude_thread)
+    def nearest_id(self, lines: list[str], exclude_thread: str = "") -> Match | None:
+        """The known failure ``lines`` most resemble: the id of the most similar example (none of thread
+        ``exclude_thread``), its similarity, and its confidence: that similarity less the best similarity of
+        any other id (0 when the best similarity is under :data:`MIN_SIMILARITY`)."""
+        best: dict[str, tuple[float, int]] = {}
+        for number, score in self.scores(lines).items():
+            example = self.examples[number]
+            if exclude_thread and example.thread == exclude_thread:
+                continue
+            held = best.get(example.id)
+            if held is None or (score, -number) > (held[0], -held[1]):
+                best[example.id] = (score, number)
+        if not best:
+            return None
+        ranked = sorted(best.values(), key=lambda item: (-item[0], item[1]))
+        score, number = ranked[0]
+        runner_up = ranked[1][0] if len(ranked) > 1 else 0.0
+        confidence = score - runner_up if score >= MIN_SIMILARITY else 0.0
+        example = self.examples[number]
+        return Match(example.id, round(score, 4), example, round(confidence, 4))
 
 
 @dataclass(frozen=True)
@@ -127,13 +147,17 @@ class Threshold:
     examples: int  # how many were tried
 
 
-def measure_threshold(index: Index, target: float = TARGET_PRECISION) -> Threshold:
-    """Each example against the others of other threads; the lowest score where precision stays >= target."""
+def measure_threshold(index: Index, target: float = TARGET_PRECISION,
+                      queries: list[list[str]] | None = None) -> Threshold:
+    """Each example against the others of other threads; the lowest confidence where precision stays >=
+    target. ``queries`` (one per example) are the lines each example's log gives as a query (its error
+    lines, no pattern line); without them the example's own lines are the query."""
     outcomes: list[tuple[float, bool]] = []
-    for example in index.examples:
-        match = index.nearest(list(example.lines), exclude_thread=example.thread)
+    for number, example in enumerate(index.examples):
+        lines = queries[number] if queries is not None else list(example.lines)
+        match = index.nearest_id(lines, exclude_thread=example.thread)
         if match is not None:
-            outcomes.append((match.score, match.id in (example.expected or (example.id,))))
+            outcomes.append((match.confidence, match.id in (example.expected or (example.id,))))
     return threshold_of(outcomes, len(index.examples), target)
 
 
@@ -189,10 +213,10 @@ def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase
 
     index_, threshold = index or shipped_index()
     knowledge = knowledge or load_knowledge_base()
-    match = index_.nearest(error_lines_of(log), exclude_thread=exclude_thread)
+    match = index_.nearest_id(error_lines_of(log), exclude_thread=exclude_thread)
     if match is None or match.id not in knowledge.ids:
         return fallback
-    if match.score < threshold.value:
+    if match.confidence < threshold.value:
         return replace(fallback, likely=match.id, similarity=match.score, like=match.example.source)
     entry = knowledge.get(match.id)
     return Finding(entry.id, entry.title, fallback.evidence, fallback.line_number, entry.cause,
@@ -265,7 +289,7 @@ def _example(text: str, expected: tuple[str, ...], source: str, thread: str) -> 
 def index_document(repo: Path) -> dict[str, Any]:
     """What ``similarity_index.json`` holds for the checkout at ``repo``."""
     examples = examples_from(repo)
-    threshold = measure_threshold(Index(examples))
+    threshold = measure_threshold(Index(examples), queries=query_lines_from(repo))
     return {
         "about": "written by scripts/write-similarity-index.py from tests/data/failures and tests/data/corpus/train; "
                  "do not edit",
