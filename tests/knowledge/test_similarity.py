@@ -11,6 +11,7 @@ from playbook.knowledge.failures import UNRECOGNISED, diagnose_log, load_knowled
 from playbook.knowledge.logtext import LogText
 from playbook.knowledge.similarity import (
     INDEX_FILE,
+    MIN_SIMILARITY,
     Example,
     Index,
     Threshold,
@@ -35,7 +36,7 @@ def _examples() -> list[Example]:
         Example("cuda-arch-unsupported", "https://example.org/a/1", "a#1",
                 ("nvcc fatal : unsupported gpu architecture compute_<n>",), ("cuda-arch-unsupported",)),
         Example("cuda-arch-unsupported", "https://example.org/a/2", "a#2",
-                ("nvcc fatal : value sm_<n> is not defined for option gpu-architecture",), ("cuda-arch-unsupported",)),
+                ("nvcc fatal : unsupported gpu architecture sm_<n>",), ("cuda-arch-unsupported",)),
         Example("openmp-conflict", "https://example.org/b/3", "b#3",
                 ("undefined reference to omp_get_thread_num",), ("openmp-conflict",)),
     ]
@@ -63,9 +64,22 @@ def test_shipped_threshold_keeps_its_precision():
 
 def test_threshold_is_the_lowest_score_that_keeps_the_precision():
     index = Index(_examples())
-    threshold = measure_threshold(index, target=0.5)
+    threshold = measure_threshold(index, target=0.9)
     assert threshold.examples == 3
-    assert 0 < threshold.value <= 1 and threshold.precision >= 0.5
+    assert 0 < threshold.value <= 1 and threshold.precision >= 0.9 and threshold.named == 2
+    # a line that shares only a word or two with the cuda-arch examples: too weak to name, no confidence
+    weak = index.nearest_id(["cmake error: could not find nvcc"])
+    assert weak.id == "cuda-arch-unsupported" and 0 < weak.score < MIN_SIMILARITY and weak.confidence == 0
+
+
+def test_confidence_is_the_lead_over_the_next_id():
+    examples = _examples() + [Example("openmp-conflict", "https://example.org/b/4", "b#4",
+                                      ("nvcc fatal : unsupported gpu architecture sm_<n> omp",), ("openmp-conflict",))]
+    match = Index(examples).nearest_id(["nvcc fatal : unsupported gpu architecture compute_<n>"], exclude_thread="a#1")
+    scores = Index(examples).scores(["nvcc fatal : unsupported gpu architecture compute_<n>"])
+    runner_up = max(score for number, score in scores.items() if examples[number].id == "openmp-conflict")
+    assert match.id == "cuda-arch-unsupported" and match.score >= MIN_SIMILARITY
+    assert abs(match.confidence - (match.score - runner_up)) < 1e-3 and match.confidence < match.score
     assert measure_threshold(Index(_examples()[2:]), target=0.9).value > 1  # nothing to measure against
 
 

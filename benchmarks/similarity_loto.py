@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Leave-one-thread-out (LOTO) measure of the second stage of diagnosis, on the TRAIN examples only
+(tests/data/failures and tests/data/corpus/train; never the corpus's test part).
+
+Every example is matched, as a query, against the examples of every other thread. Two readings of a query:
+
+* ``index``: the example's lines as the index holds them (the line its own pattern names first, then its
+  error lines): what ``measure_threshold`` measured until round 6.
+* ``query``: only the log's error lines, as ``nearest_failure`` reads a log that reaches the second stage
+  (no pattern matched it, so no pattern line leads): what an unseen log looks like.
+
+Printed: at the shipped threshold, coverage (share of examples that reach it), precision among those and
+the recall the stage alone would give (right and reaching / all); the same over a range of thresholds; and
+how many clean logs (tests/data/corpus/train/clean, tests/data/clean) the stage would name (must be 0).
+
+    python benchmarks/similarity_loto.py [--thresholds]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from playbook.knowledge import similarity as sim  # noqa: E402
+from playbook.knowledge.failures import first_failure  # noqa: E402
+from playbook.knowledge.logtext import LogText  # noqa: E402
+
+
+SCORE = "confidence" if hasattr(sim.Match, "__dataclass_fields__") and "confidence" in sim.Match.__dataclass_fields__ \
+    else "score"
+
+
+def clean_logs() -> list[tuple[str, LogText]]:
+    paths = sorted((REPO / "tests" / "data" / "corpus" / "train" / "clean").glob("*.txt"))
+    paths += sorted((REPO / "tests" / "data" / "clean").glob("*.txt"))
+    return [(path.name, LogText.from_text(path.read_text(encoding="utf-8"))) for path in paths]
+
+
+def main(argv: list[str]) -> int:
+    examples = sim.examples_from(REPO)
+    queries = sim.query_lines_from(REPO)
+    assert len(queries) == len(examples)
+    index = sim.Index(examples)
+    nearest = getattr(index, "nearest_id", None) or index.nearest  # the stage before round 6 had only nearest
+    shipped = sim.shipped_index()[1]
+    print(f"{len(examples)} examples; shipped threshold: {shipped.value} "
+          f"(precision {shipped.precision:.1%} on {shipped.named})")
+    for reading, lines_of in (("index", lambda i: list(examples[i].lines)), ("query", lambda i: queries[i])):
+        outcomes = []
+        for number, example in enumerate(examples):
+            match = nearest(lines_of(number), exclude_thread=example.thread)
+            expected = example.expected or (example.id,)
+            outcomes.append((getattr(match, SCORE) if match else 0.0, bool(match) and match.id in expected))
+        total = len(outcomes)
+        top1 = sum(right for _, right in outcomes)
+        print(f"\n[{reading}] nearest id right regardless of score: {top1}/{total} ({top1 / total:.1%})")
+        measured = sim.threshold_of(outcomes, len(examples))
+        print(f"threshold at {sim.TARGET_PRECISION:.0%} precision on this reading: {measured.value} "
+              f"(precision {measured.precision:.1%}, named {measured.named}, stage recall "
+              f"{round(measured.precision * measured.named)}/{total} = {measured.precision * measured.named / total:.1%})")
+        rows = [shipped.value] + ([x / 100 for x in range(20, 95, 5)] if "--thresholds" in argv else [])
+        print("threshold  coverage      precision  stage recall")
+        for value in rows:
+            reached = [right for score, right in outcomes if score >= value]
+            right = sum(reached)
+            precision = right / len(reached) if reached else 0.0
+            print(f"{value:9.4f}  {len(reached):4d} ({len(reached) / total:5.1%})  {precision:8.1%}  "
+                  f"{right:4d} ({right / total:5.1%})")
+    named = []
+    for name, log in clean_logs():
+        if first_failure(log) is None:
+            continue
+        match = nearest(sim.error_lines_of(log))
+        if match and getattr(match, SCORE) >= shipped.value:
+            named.append(f"{name}: {match.id} {match.score}")
+    print(f"\nclean logs the stage would name at {shipped.value}: {len(named)}", *named, sep="\n  ")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
