@@ -29,10 +29,6 @@ from playbook.knowledge.failures import first_failure  # noqa: E402
 from playbook.knowledge.logtext import LogText  # noqa: E402
 
 
-SCORE = "confidence" if hasattr(sim.Match, "__dataclass_fields__") and "confidence" in sim.Match.__dataclass_fields__ \
-    else "score"
-
-
 def clean_logs() -> list[tuple[str, LogText]]:
     paths = sorted((REPO / "tests" / "data" / "corpus" / "train" / "clean").glob("*.txt"))
     paths += sorted((REPO / "tests" / "data" / "clean").glob("*.txt"))
@@ -44,20 +40,15 @@ def main(argv: list[str]) -> int:
     queries = sim.query_lines_from(REPO)
     assert len(queries) == len(examples)
     index = sim.Index(examples)
-    nearest = getattr(index, "nearest_id", None) or index.nearest  # the stage before round 6 had only nearest
     shipped = sim.shipped_index()[1]
-    print(f"{len(examples)} examples; shipped threshold: {shipped.value} "
+    total = len(examples)
+    print(f"{total} examples; shipped threshold: {shipped.value} "
           f"(precision {shipped.precision:.1%} on {shipped.named})")
-    for reading, lines_of in (("index", lambda i: list(examples[i].lines)), ("query", lambda i: queries[i])):
-        outcomes = []
-        for number, example in enumerate(examples):
-            match = nearest(lines_of(number), exclude_thread=example.thread)
-            expected = example.expected or (example.id,)
-            outcomes.append((getattr(match, SCORE) if match else 0.0, bool(match) and match.id in expected))
-        total = len(outcomes)
+    for reading, reading_queries in (("index", None), ("query", queries)):
+        outcomes = sim.loto_outcomes(index, reading_queries)
         top1 = sum(right for _, right in outcomes)
         print(f"\n[{reading}] nearest id right regardless of score: {top1}/{total} ({top1 / total:.1%})")
-        measured = sim.threshold_of(outcomes, len(examples))
+        measured = sim.threshold_of(outcomes, total)
         print(f"threshold at {sim.TARGET_PRECISION:.0%} precision on this reading: {measured.value} "
               f"(precision {measured.precision:.1%}, named {measured.named}, stage recall "
               f"{round(measured.precision * measured.named)}/{total} = {measured.precision * measured.named / total:.1%})")
@@ -73,8 +64,8 @@ def main(argv: list[str]) -> int:
     for name, log in clean_logs():
         if first_failure(log) is None:
             continue
-        match = nearest(sim.error_lines_of(log))
-        if match and getattr(match, SCORE) >= shipped.value:
+        match = index.nearest_id(sim.error_lines_of(log))
+        if match and match.confidence >= shipped.value:
             named.append(f"{name}: {match.id} {match.score}")
     print(f"\nclean logs the stage would name at {shipped.value}: {len(named)}", *named, sep="\n  ")
     return 0

@@ -98,6 +98,17 @@ def pinned_source(tmp_path_factory):
     return resolve_source(params.source.version, params.source.sha256, cache), cache
 
 
+@pytest.fixture
+def seeded_cache(tmp_path, pinned_source) -> Path:
+    """A fresh playbook cache (``tmp_path/cache``) that already holds the pinned sdist: a run that fetches its
+    source finds it there instead of calling ``pip download``, which can stall for minutes."""
+    import shutil
+
+    _, session_cache = pinned_source
+    shutil.copytree(session_cache / "sdists", tmp_path / "cache" / "sdists")
+    return tmp_path / "cache"
+
+
 # A CPU build of the pinned llama-cpp-python that this project's development VM keeps between sessions.
 DEV_WHEEL = Path("/tmp/cpubuild/wheelhouse/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 
 import nbformat
 import pytest
@@ -28,11 +27,9 @@ from playbook.verify.step import VerifyResult
 
 
 @pytest.mark.slow
-def test_cpu_chain_builds_runs_and_archives(tmp_path, pinned_source):
-    _, session_cache = pinned_source
-    shutil.copytree(session_cache / "sdists", tmp_path / "cache" / "sdists")  # no download, which can stall
+def test_cpu_chain_builds_runs_and_archives(tmp_path, seeded_cache):
     params = load_params(params_dir() / "cpu.yaml", ["verify.repetitions=1", "verify.prompt_tokens=32",
-                                                     "verify.gen_tokens=8", f"build.cache_dir={tmp_path / 'cache'}"])
+                                                     "verify.gen_tokens=8", f"build.cache_dir={seeded_cache}"])
     run = run_chain(params, "params/cpu.yaml (test)", tmp_path)
     layout = run.layout
     record = run.record()
@@ -48,7 +45,7 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path, pinned_source):
         assert layout.notebook(Step.VERIFY, 1).is_file()  # the failed verify is kept
         # remembered for this machine: the next plan here starts portable, and says why
         facts = read_json(Facts, layout.detect_facts)
-        [remembered] = recall(tmp_path / "cache", facts)
+        [remembered] = recall(seeded_cache, facts)
         assert remembered.findings == ["cpu-amx-fault"] and remembered.run_id == run.run_id
         assert "-DGGML_NATIVE=OFF" in configure_here(facts, params).cmake_args
     else:

@@ -61,8 +61,6 @@ MIN_SIMILARITY = 0.45  # under it no id is named, however far the others are
 LINES_PER_EXAMPLE = 12
 CHARS_PER_LINE = 240
 WORD = re.compile(r"<\w+>|[a-z_][a-z0-9_+.-]*[a-z0-9_]|[a-z]")
-
-
 CHAR_GRAM = 3  # 3-grams named 17 more LOTO examples than 4-grams (5-grams: 3 more)
 
 
@@ -125,19 +123,6 @@ class Index:
                 scores[number] = scores.get(number, 0.0) + weight * other
         return scores
 
-    def nearest(self, lines: list[str], exclude_thread: str = "") -> Match | None:
-        """The most similar example (none of thread ``exclude_thread``), or None when nothing is shared."""
-        best: tuple[float, int] | None = None
-        for number, score in self.scores(lines).items():
-            if exclude_thread and self.examples[number].thread == exclude_thread:
-                continue
-            if best is None or (score, -number) > (best[0], -best[1]):
-                best = (score, number)
-        if best is None:
-            return None
-        example = self.examples[best[1]]
-        return Match(example.id, round(best[0], 4), example)
-
     def nearest_id(self, lines: list[str], exclude_thread: str = "") -> Match | None:
         """The known failure ``lines`` most resemble: the id of the most similar example (none of thread
         ``exclude_thread``), its similarity, and its confidence: that similarity less the best similarity of
@@ -170,18 +155,23 @@ class Threshold:
     examples: int  # how many were tried
 
 
-def measure_threshold(index: Index, target: float = TARGET_PRECISION,
-                      queries: list[list[str]] | None = None) -> Threshold:
-    """Each example against the others of other threads; the lowest confidence where precision stays >=
-    target. ``queries`` (one per example) are the lines each example's log gives as a query (its error
-    lines, no pattern line); without them the example's own lines are the query."""
+def loto_outcomes(index: Index, queries: list[list[str]] | None = None) -> list[tuple[float, bool]]:
+    """Leave-one-thread-out: each example against the examples of other threads, as (confidence, nearest id
+    right). ``queries`` (one per example) are the lines each example's log gives as a query (its error lines,
+    no pattern line); without them the example's own lines are the query. Examples with no match are left out."""
     outcomes: list[tuple[float, bool]] = []
     for number, example in enumerate(index.examples):
         lines = queries[number] if queries is not None else list(example.lines)
         match = index.nearest_id(lines, exclude_thread=example.thread)
         if match is not None:
             outcomes.append((match.confidence, match.id in (example.expected or (example.id,))))
-    return threshold_of(outcomes, len(index.examples), target)
+    return outcomes
+
+
+def measure_threshold(index: Index, target: float = TARGET_PRECISION,
+                      queries: list[list[str]] | None = None) -> Threshold:
+    """The lowest confidence where leave-one-thread-out precision (:func:`loto_outcomes`) stays >= target."""
+    return threshold_of(loto_outcomes(index, queries), len(index.examples), target)
 
 
 def threshold_of(outcomes: list[tuple[float, bool]], examples: int, target: float = TARGET_PRECISION) -> Threshold:

@@ -22,7 +22,7 @@ from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan, Decision, machine_platform, multimodal_built
-from playbook.steps.configure.plan import shell_lines
+from playbook.steps.configure.plan import shell_lines, with_cmake_arg
 from playbook.steps.detect import Facts
 from playbook.toolkits import cxx_runtime, pypi
 
@@ -120,7 +120,7 @@ def apply_remedies(
         for pattern in remedy.cmake_args_remove:
             new.cmake_args = [arg for arg in new.cmake_args if not re.search(pattern, arg)]
         for arg in remedy.cmake_args_add:
-            new.cmake_args = [a for a in new.cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
+            new.cmake_args = with_cmake_arg(new.cmake_args, arg)
         new.env.update(remedy.env_set)
         for name in remedy.env_unset:
             new.env.pop(name, None)
@@ -132,8 +132,7 @@ def apply_remedies(
         if remedy.use_detected_arch and facts.best_gpu:
             arch = facts.best_gpu.arch
             new.cuda_architectures = arch
-            new.cmake_args = [a for a in new.cmake_args if not a.startswith("-DCMAKE_CUDA_ARCHITECTURES=")]
-            new.cmake_args.append(f"-DCMAKE_CUDA_ARCHITECTURES={arch}")
+            new.cmake_args = with_cmake_arg(new.cmake_args, f"-DCMAKE_CUDA_ARCHITECTURES={arch}")
         if new.backend is Backend.CUDA and remedy.toolkit_add:
             add_toolkit_components(new, facts, list(remedy.toolkit_add), cache_dir)
         if new.backend is Backend.CUDA and remedy.pypi_toolkit:
@@ -153,16 +152,14 @@ def use_shared_cxx_runtime(plan: BuildPlan, facts: Facts, environ: Mapping[str, 
     environ = os.environ if environ is None else environ
     given = [a.split("=", 1)[1] for a in plan.cmake_args if a.startswith("-DCMAKE_CXX_COMPILER=")]
     used = given[-1] if given else plan.env.get("CXX") or environ.get("CXX", "")
-    candidates = [t.path for t in facts.compilers
-                  if t.found and Path(t.path).name.split("-")[0] in cxx_runtime.C_COMPILER_FOR]
-    chosen = cxx_runtime.compilers_with_shared_runtime(candidates, avoid=used)
+    chosen = cxx_runtime.compilers_with_shared_runtime([t.path for t in facts.compilers if t.found], avoid=used)
     if chosen is None:
         return
     chosen_args = [f"-DCMAKE_C_COMPILER={chosen.c}", f"-DCMAKE_CXX_COMPILER={chosen.cxx}"]
     if plan.backend is Backend.CUDA:
         chosen_args.append(f"-DCMAKE_CUDA_HOST_COMPILER={chosen.cxx}")
-    names = {a.split("=", 1)[0] for a in chosen_args}
-    plan.cmake_args = [a for a in plan.cmake_args if a.split("=", 1)[0] not in names] + chosen_args
+    for arg in chosen_args:
+        plan.cmake_args = with_cmake_arg(plan.cmake_args, arg)
     plan.decisions.append(Decision("C++ compiler", chosen.cxx,
                                    f"it links the C++ runtime as libstdc++.so; {used or 'the compiler used'} "
                                    "linked the runtime into the wheel's libraries"))

@@ -104,16 +104,24 @@ class Compilers:
     cxx: str
 
 
-def compilers_with_shared_runtime(cxx_candidates: list[str], avoid: str = "") -> Compilers | None:
+def c_compiler_beside(cxx: Path) -> Path | None:
+    """The C compiler of a C++ compiler's folder (``g++-13`` -> ``gcc-13``); None when ``cxx`` is no C++
+    compiler's name."""
+    family, _, version = cxx.name.partition("-")
+    c_name = C_COMPILER_FOR.get(family)
+    return cxx.with_name(c_name + (f"-{version}" if version else "")) if c_name else None
+
+
+def compilers_with_shared_runtime(candidates: list[str], avoid: str = "") -> Compilers | None:
     """The first candidate C++ compiler (not ``avoid``, the one that copied the runtime) that links the runtime
-    shared, with the C compiler of its folder; None when none does."""
+    shared, with the C compiler of its folder; None when none does. Candidates that are no C++ compiler's
+    name (gcc, cc) are passed over."""
     avoided = Path(avoid).resolve() if avoid else None
-    for cxx in cxx_candidates:
-        path = shutil.which(cxx)
-        c_name = C_COMPILER_FOR.get(Path(cxx).name.split("-")[0])
-        if not path or not c_name or (avoided and Path(path).resolve() == avoided):
+    for candidate in candidates:
+        path = shutil.which(candidate)
+        c = c_compiler_beside(Path(path)) if path else None
+        if c is None or (avoided and Path(path).resolve() == avoided):
             continue
-        c = Path(path).with_name(c_name + Path(path).name.removeprefix(Path(path).name.split("-")[0]))
         if c.is_file() and links_runtime_shared(path):
             return Compilers(str(c), path)
     return None

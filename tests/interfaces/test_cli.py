@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,16 +104,14 @@ def test_a_version_that_does_not_exist_is_refused_before_any_run_folder(tmp_path
     assert not outputs.exists()
 
 
-def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path, pinned_source):
-    _, session_cache = pinned_source
-    shutil.copytree(session_cache / "sdists", tmp_path / "cache" / "sdists")  # no download, which can stall
+def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path, seeded_cache):
     outputs = tmp_path / "outputs"
     out = playbook("run", "--set", "backend=cuda", "--set", f"cuda.toolkit={tmp_path / 'no-toolkit'}",
-                   "--set", f"build.cache_dir={tmp_path / 'cache'}", "--output", str(outputs))
+                   "--set", f"build.cache_dir={seeded_cache}", "--output", str(outputs))
     assert out.returncode == ExitCode.REFUSED, out.stdout + out.stderr
     assert "no CUDA toolkit" in out.stderr and "--force" in out.stderr
     (run_dir,) = outputs.iterdir()
-    assert not list(run_dir.glob("build-attempt-*")) and not (tmp_path / "cache" / "wheels").exists()
+    assert not list(run_dir.glob("build-attempt-*")) and not (seeded_cache / "wheels").exists()
     assert json.loads((run_dir / "run.json").read_text())["outcome"] == "failed"
 
 

@@ -88,6 +88,11 @@ class BuildPlan:
         return [w.code for w in self.warnings]
 
 
+def with_cmake_arg(cmake_args: list[str], arg: str) -> list[str]:
+    """``cmake_args`` with ``-DNAME=value`` added last, replacing every earlier value of the same variable."""
+    return [a for a in cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
+
+
 def multimodal_built(cmake_args: list[str]) -> bool:
     """Whether the arguments build libmtmd: llama-cpp-python builds it unless its switch (LLAVA_BUILD, or a fork's
     MTMD_BUILD; the last one given) is off."""

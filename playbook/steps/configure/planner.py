@@ -25,6 +25,7 @@ from playbook.steps.configure.plan import (
     PlanWarning,
     multimodal_built,
     shell_lines,
+    with_cmake_arg,
 )
 from playbook.steps.detect import CudaToolkit, Facts
 from playbook.steps.repair_memory import RememberedRepair, recall, replay
@@ -77,7 +78,7 @@ class Planner:
 
     def set_cmake_arg(self, arg: str) -> None:
         """Add ``-DNAME=value``, replacing an earlier value of the same variable."""
-        self.cmake_args = [a for a in self.cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
+        self.cmake_args = with_cmake_arg(self.cmake_args, arg)
 
     # ------------------------------------------------------------------ sections, in order
 
