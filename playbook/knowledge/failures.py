@@ -277,18 +277,27 @@ def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: 
     show a failure (``unrecognised_stage``) or, with ``detect_failure``, plainly says something failed:
     the nearest known failure by similarity of its error lines when that is confident enough (see
     :mod:`playbook.knowledge.similarity`), else one :data:`UNRECOGNISED` finding with the first error
-    line, the stage, and the nearest known failure as a hint. ``exclude_thread`` leaves the examples of one
+    line, the stage, and the nearest known failure as a hint. A log that only seems to fail
+    (:func:`seems_failed`: a crash, a refused device, a missing library, in words no tool's error report
+    uses) is named when the resemblance is confident and otherwise gets no finding, as a clean log. ``exclude_thread`` leaves the examples of one
     thread out of the comparison (the evaluation scores a train log without its own thread's examples)."""
     findings = known_findings(log, **kwargs)
-    if findings or not (unrecognised_stage or (detect_failure and first_failure(log) is not None)):
+    if findings:
         return findings
+    plainly_failed = bool(unrecognised_stage) or (detect_failure and first_failure(log) is not None)
+    seemingly_failed = detect_failure and similarity and not plainly_failed and seems_failed(log)
+    if not (plainly_failed or seemingly_failed):
+        return []
     fallback = unrecognised(log, unrecognised_stage)
     if not similarity:
         return [fallback]
     from playbook.knowledge.similarity import nearest_failure
 
-    return [nearest_failure(log, fallback, knowledge=kwargs.get("knowledge"), cuda_version=kwargs.get("cuda_version", ""),
-                            exclude_thread=exclude_thread)]
+    finding = nearest_failure(log, fallback, knowledge=kwargs.get("knowledge"), cuda_version=kwargs.get("cuda_version", ""),
+                              exclude_thread=exclude_thread, routine=not seemingly_failed)
+    if seemingly_failed and finding.id == UNRECOGNISED:
+        return []  # a log that only seems to fail is named when the resemblance is confident, else left alone
+    return [finding]
 
 
 def normalise_paste(text: str) -> str:
@@ -316,6 +325,26 @@ ERROR_LINE = re.compile(
     r"\bKilled\b|\bException\b|\bundefined reference\b).*$", re.IGNORECASE | re.MULTILINE)
 BENIGN_LINE = re.compile(r"-Werror|-Wno-error|error_code|errors?=|\b0 errors?\b|_error\.|Failed to build installable"
                          r"|warning:|ERROR: Failed building wheel", re.IGNORECASE)
+
+# Lines that say something went wrong in other words than "error" or "failed": a crash, a refused device or
+# driver, a missing library or file, an exhausted resource, an API's own error code. Half the real logs that
+# no tool reported as an error (a third of the train corpus: users paste the crash, not a build log) say it
+# this way. They widen the lines the similarity stage compares and the logs it reads (:func:`seems_failed`).
+TROUBLE_LINE = re.compile(
+    r"^.*(?:\bcannot\b|\bcan'?t\b|\bcould not\b|\bcouldn'?t\b|\bunable to\b|\bnot found\b|\bno such file\b|"
+    r"\bnot supported\b|\bunsupported\b|\bnot recogni[sz]ed\b|\billegal (?:hardware )?instruction\b|\bsegfault\b|"
+    r"\bsigsegv\b|\bsigill\b|\baborted\b|\bpanic\b|\bexhausted\b|\bout of memory\b|\binsufficient\b|"
+    r"\bdenied\b|\binvalid\b|\bcrash|\bError[A-Z]\w+|\bVK_ERROR_\w+|\bCUDA_ERROR_\w+|\bhipError\w+|\bcudaError\w+|"
+    r"\bexception\b|0xc0000\w+|\bno kernel image\b|is not defined\b|\bincompatible\b|\bmismatch\b|\bmissing\b|"
+    r"\bnot enough\b|\bno (?:\w+ )?devices? (?:was |were )?found\b|\bdevice lost\b|\bis lost\b|\btimed out\b|"
+    r"\bundefined symbol\b|\bsig(?:kill|abrt|bus)\b|\bfailure\b|\bor higher is required\b|\bfound: NO\b).*$",
+    re.IGNORECASE | re.MULTILINE)
+# Lines with such words that successful builds and runs print as well (CMake's checks of optional parts,
+# llama.cpp's note on tensors kept off a buffer type): they never make a log seem failed.
+ROUTINE_LINE = re.compile(r"^\s*-- |Performing Test|Looking for|- not found\b|- failed\s*$|(?-i:Could NOT find)|"
+                          r"cannot be used with preferred buffer type|not supported by glslc|CUDA_ARCHITECTURES_NATIVE=|"
+                          r"Git repository not found|not a git repository|Needed a single revision|ambiguous argument 'HEAD'|"
+                          r"^PLAYBOOK_RESULT ", re.IGNORECASE)
 
 # Lines that by themselves say that something failed: what makes a text "plainly failed". A tool's own
 # report of its error (ROOT) is preferred to the wrappers that only relay it (pip, ninja, make).
@@ -363,6 +392,7 @@ def _line_signature(regex: re.Pattern[str]) -> Signature:
 ROOT_SIGNATURE = _line_signature(ROOT_FAILURE)
 WRAPPER_SIGNATURE = _line_signature(WRAPPER_FAILURE)
 ERROR_SIGNATURE = _line_signature(ERROR_LINE)
+TROUBLE_SIGNATURE = _line_signature(TROUBLE_LINE)
 
 
 def _as_log(text: str | LogText) -> LogText:
@@ -371,6 +401,13 @@ def _as_log(text: str | LogText) -> LogText:
 
 def _plain_failure(line: str) -> bool:
     return not HARMLESS_FAILURE.search(line) and not PIP_RELAY.search(line)
+
+
+def seems_failed(text: str | LogText) -> bool:
+    """Whether ``text`` says that anything went wrong: it plainly failed (:func:`first_failure`), or one of
+    its error lines (:func:`error_lines`) is not one that successful logs print too (:data:`ROUTINE_LINE`)."""
+    log = _as_log(text)
+    return first_failure(log) is not None or any(not ROUTINE_LINE.search(line) for _, line in error_lines(log))
 
 
 def first_failure(text: str | LogText) -> tuple[int, str] | None:
@@ -400,12 +437,14 @@ CMAKE_HEADER = re.compile(r"^\s*CMake Error\b[^\n]*:\s*$")
 
 def error_lines(text: str | LogText, limit: int = 12) -> list[tuple[int, str]]:
     """Up to ``limit`` lines that say what failed, in order (what the similarity stage compares): a tool's
-    own errors and any line with an error word, less the lines that only relay a failure (pip, ninja,
-    make); a CMake error header brings the message lines under it."""
+    own errors, any line with an error word and any line of trouble (:data:`TROUBLE_LINE`), less the lines
+    that only relay a failure (pip, ninja, make); a CMake error header brings the message lines under it."""
     log = _as_log(text)
     numbers: set[int] = set()
     numbers.update(log.all_matches(ROOT_SIGNATURE, _plain_failure, limit * 2))
     numbers.update(log.all_matches(ERROR_SIGNATURE, lambda line: not BENIGN_LINE.search(line), limit * 2))
+    numbers.update(log.all_matches(TROUBLE_SIGNATURE, lambda line: _plain_failure(line) and not BENIGN_LINE.search(line),
+                                   limit * 2))
     chosen: list[int] = []
     for number in sorted(numbers):
         line = log.matched(number)
@@ -441,7 +480,8 @@ def unrecognised(text: str | LogText, stage: str = "") -> Finding:
     found = first_failure(log)
     if found is None:
         hit = log.first_match(ERROR_SIGNATURE, accept=lambda line: not BENIGN_LINE.search(line))
-        found = (hit[0], log.evidence(hit[0])) if hit else None
+        trouble = next((number for number, line in error_lines(log) if not ROUTINE_LINE.search(line)), 0)
+        found = (hit[0], log.evidence(hit[0])) if hit else (trouble, log.evidence(trouble)) if trouble else None
     if found is None:
         tail = next((log.evidence(n) for n in range(log.line_count, 0, -1) if log.evidence(n)), "")
         line_number, evidence = 0, (tail or "(no output)")

@@ -6,8 +6,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dataclasses import replace
+
+import pytest
+
 from playbook.interfaces.cli import finding_lines
-from playbook.knowledge.failures import UNRECOGNISED, diagnose_log, load_knowledge_base, unrecognised
+from playbook.knowledge.corpus import thread_key
+from playbook.knowledge.evaluation import parse_corpus_log
+from playbook.knowledge.failures import (
+    UNRECOGNISED,
+    diagnose_log,
+    first_failure,
+    load_knowledge_base,
+    seems_failed,
+    unrecognised,
+)
 from playbook.knowledge.logtext import LogText
 from playbook.knowledge.similarity import (
     INDEX_FILE,
@@ -128,3 +141,65 @@ def test_shipped_index_names_no_folder_of_the_machine_it_was_written_on():
     document = json.loads(SHIPPED.read_text(encoding="utf-8"))
     local = [row["source"] for row in document["examples"] if not row["source"].startswith("https://")]
     assert all(not re.search(r"(?<![\w.:/-])/[^\s/]+/", source) for source in local), local
+
+
+def _without_patterns():
+    knowledge = load_knowledge_base()
+    return replace(knowledge, entries=tuple(replace(entry, signatures=()) for entry in knowledge.entries))
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("cpu/gpt4all-osx-intel-mac-pro-illegal.txt", "illegal-instruction"),
+    ("cublas-cccl/faster-whisper-cublaslt64-12-dll-not-located.txt", "shared-library-not-found"),
+])
+def test_a_log_that_only_seems_to_fail_is_named_by_resemblance(name, expected):
+    """Train logs that never say "error:" (a bare `Illegal instruction`, a DLL that cannot be located): with
+    every pattern set aside and their own thread left out, the second stage names them from other threads'."""
+    log = parse_corpus_log(REPO / "tests" / "data" / "corpus" / "train" / name, "train", name.split("/")[0])
+    text = LogText.from_text(log.text)
+    assert first_failure(text) is None and seems_failed(text)
+    (finding,) = diagnose_log(text, detect_failure=True, knowledge=_without_patterns(),
+                              exclude_thread=thread_key(log.source))
+    assert finding.id == expected and finding.similarity > 0 and thread_key(finding.like) != thread_key(log.source)
+    assert finding.evidence and finding.line_number > 0
+    assert diagnose_log(text, detect_failure=False, knowledge=_without_patterns()) == []  # only when asked to detect
+
+
+def test_a_log_that_only_seems_to_fail_and_resembles_nothing_gets_no_finding():
+    text = LogText.from_text("loading the quux plugin\nthe frobnicator could not reticulate the splines\n")
+    assert seems_failed(text) and first_failure(text) is None
+    assert diagnose_log(text, detect_failure=True, knowledge=_without_patterns()) == []
+    (plain,) = diagnose_log(LogText.from_text("error: the frobnicator could not reticulate the splines\n"),
+                            detect_failure=True, knowledge=_without_patterns())
+    assert plain.id == UNRECOGNISED  # a plain failure still says so
+
+
+@pytest.mark.parametrize("line", [
+    "-- Performing Test CMAKE_HAVE_LIBC_PTHREAD - Failed",
+    "-- Could NOT find NCCL (missing: NCCL_LIBRARY NCCL_INCLUDE_DIR)",
+    "  --   Package 'openblas64', required by 'virtual:world', not found",
+    "fatal: not a git repository (or any of the parent directories): .git",
+    "Git repository not found; to enable automatic generation of build info, make sure Git is installed",
+    "-- GL_KHR_cooperative_matrix not supported by glslc",
+    "-- Using CMAKE_CUDA_ARCHITECTURES=86;120a CMAKE_CUDA_ARCHITECTURES_NATIVE=No CUDA devices found",
+    "done_getting_tensors: tensor 'token_embd.weight' (q8_0) (and 0 others) cannot be used with preferred buffer "
+    "type CPU_REPACK, using CPU instead",
+])
+def test_lines_successful_builds_print_never_make_a_log_seem_failed(line):
+    """Lines of the archived successful runs (outputs/reference) that hold a word of trouble."""
+    text = LogText.from_text(f"-- The C compiler identification is GNU 13.3.0\n{line}\n-- Build files have been written\n")
+    assert not seems_failed(text)
+    assert diagnose_log(text, detect_failure=True) == []
+
+
+@pytest.mark.parametrize("line", [
+    "Illegal instruction",
+    "ggml_vulkan: No devices found.",
+    "Could not find module 'llama.dll' (or one of its dependencies). Try using the full path with constructor syntax.",
+    "ggml_new_object: not enough space in the context's memory pool (needed 10882896, available 10650320)",
+    "dlerr: /usr/lib64/libcuda.so.418.74: undefined symbol: cuCtxCreate_v3",
+    "vk::Device::getFenceStatus: ErrorDeviceLost",
+])
+def test_a_line_of_trouble_makes_a_log_seem_failed(line):
+    text = LogText.from_text(f"main: seed = 1680517006\n{line}\n")
+    assert seems_failed(text) and first_failure(text) is None
