@@ -23,8 +23,9 @@ from functools import lru_cache
 
 from playbook.knowledge.compatibility import knowledge
 
-# A pasted issue body: Markdown quotes ("> ", nested) before log lines, code fences.
-QUOTE_PREFIX = re.compile(r"^(?:[ \t]{0,3}>[ \t]?)+")
+# A pasted issue body: Markdown quotes ("> ", nested) before log lines, code fences; Nix prints a failed
+# builder's last log lines indented under "       > ", which reads the same.
+QUOTE_PREFIX = re.compile(r"^(?:[ \t]*>[ \t]?)+")
 FENCE_LINE = re.compile(r"^[ \t>]*(?:```|~~~)[^\n]*$")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "`": "'",
