@@ -344,6 +344,7 @@ TROUBLE_LINE = re.compile(
 ROUTINE_LINE = re.compile(r"^\s*-- |Performing Test|Looking for|- not found\b|- failed\s*$|(?-i:Could NOT find)|"
                           r"cannot be used with preferred buffer type|not supported by glslc|CUDA_ARCHITECTURES_NATIVE=|"
                           r"Git repository not found|not a git repository|Needed a single revision|ambiguous argument 'HEAD'|"
+                          r"skipping kernel_\w*bf16\w*\s+\(not supported\)|"
                           r"^PLAYBOOK_RESULT ", re.IGNORECASE)
 
 # Lines that by themselves say that something failed: what makes a text "plainly failed". A tool's own
