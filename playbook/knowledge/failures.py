@@ -340,10 +340,12 @@ TROUBLE_LINE = re.compile(
     r"\bundefined symbol\b|\bsig(?:kill|abrt|bus)\b|\bfailure\b|\bor higher is required\b|\bfound: NO\b).*$",
     re.IGNORECASE | re.MULTILINE)
 # Lines with such words that successful builds and runs print as well (CMake's checks of optional parts,
-# llama.cpp's note on tensors kept off a buffer type): they never make a log seem failed.
+# llama.cpp's note on tensors kept off a buffer type, the Makefile's "I ccache not found" note, Metal's bf16
+# kernels skipped on a Mac without bfloat): they never make a log seem failed.
 ROUTINE_LINE = re.compile(r"^\s*-- |Performing Test|Looking for|- not found\b|- failed\s*$|(?-i:Could NOT find)|"
                           r"cannot be used with preferred buffer type|not supported by glslc|CUDA_ARCHITECTURES_NATIVE=|"
                           r"Git repository not found|not a git repository|Needed a single revision|ambiguous argument 'HEAD'|"
+                          r"skipping kernel_\w*bf16\w*\s+\(not supported\)|\bccache not found\b|"
                           r"^PLAYBOOK_RESULT ", re.IGNORECASE)
 
 # Lines that by themselves say that something failed: what makes a text "plainly failed". A tool's own

@@ -184,6 +184,10 @@ def test_a_log_that_only_seems_to_fail_and_resembles_nothing_gets_no_finding():
     "-- Using CMAKE_CUDA_ARCHITECTURES=86;120a CMAKE_CUDA_ARCHITECTURES_NATIVE=No CUDA devices found",
     "done_getting_tensors: tensor 'token_embd.weight' (q8_0) (and 0 others) cannot be used with preferred buffer "
     "type CPU_REPACK, using CPU instead",
+    # train clean logs (mtmd on an M3 Pro, LM Studio): bf16 kernels skipped on a Mac without bfloat
+    "ggml_metal_init: skipping kernel_mul_mm_bf16_f32                   (not supported)",
+    # the Makefile's note (train w64devkit log), printed by builds that succeed too
+    "I ccache not found. Consider installing it for faster compilation.",
 ])
 def test_lines_successful_builds_print_never_make_a_log_seem_failed(line):
     """Lines of the archived successful runs (outputs/reference) that hold a word of trouble."""
@@ -199,6 +203,7 @@ def test_lines_successful_builds_print_never_make_a_log_seem_failed(line):
     "ggml_new_object: not enough space in the context's memory pool (needed 10882896, available 10650320)",
     "dlerr: /usr/lib64/libcuda.so.418.74: undefined symbol: cuCtxCreate_v3",
     "vk::Device::getFenceStatus: ErrorDeviceLost",
+    "ggml_metal_init: skipping kernel_soft_max                  (not supported)",  # a Common3 device: not routine
 ])
 def test_a_line_of_trouble_makes_a_log_seem_failed(line):
     text = LogText.from_text(f"main: seed = 1680517006\n{line}\n")
