@@ -42,6 +42,7 @@ H100 = "build-speed-gpu-machine-h100.txt"
 CPU_VM = "build-speed-remote-cache-cpu-vm.txt"
 PYPI = "pypi-toolkit-cpu-vm.txt"
 DIAGNOSE = "diagnose-speed-cpu-vm.txt"
+SIMILARITY = "similarity-loto-cpu-vm.txt"
 
 GPU_1B = "20261122T010438Z-vm"  # H200, 1B-shaped Q8_0, 6 sweep points
 WRONG_ARCH = "20261122T011010Z-vm"  # 80-real, repaired to 90
@@ -349,6 +350,13 @@ def diagnose_speed(pattern: str) -> Callable[[], float]:
     return lambda: float(re.findall(pattern, _text(RESULTS / DIAGNOSE), re.MULTILINE)[-1])
 
 
+def similarity_stage(group: int) -> Callable[[], int]:
+    """A number of the whole-train-logs line of results/similarity-loto-cpu-vm.txt: 1 named rightly, 2 logs,
+    3 of them only seeming failed, 4 named wrongly."""
+    line = r"whole train logs, every pattern set aside: (\d+) of (\d+) named rightly \((\d+) of them only seem failed\), (\d+) named wrongly"
+    return lambda: int(re.findall(line, _text(RESULTS / SIMILARITY))[-1][group - 1])
+
+
 @functools.cache
 def corpus_tables() -> str:
     """README.md's corpus tables, as the evaluation of tests/data/corpus prints them."""
@@ -639,6 +647,10 @@ FIGURES = [
     F(RUNS, "`n_batch=2048`: {}× prompt processing", tune_gain(4096, "pp"), ".2f"),
     F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
     F(BENCH, "`playbook diagnose` on a {} MB log: a long build log", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
+    F(README, "this stage alone names {} of 1252 train logs rightly", similarity_stage(1)),
+    F(README, "this stage alone names 794 of {} train logs rightly", similarity_stage(2)),
+    F(README, "rightly, {} of them logs that only seem", similarity_stage(3)),
+    F(README, "failed, and {} wrongly (`benchmarks/results/similarity-loto-cpu-vm.txt`)", similarity_stage(4)),
     F(BENCH, "the same build log took {} s CPU with the previous", diagnose_speed(r"\(([\d.]+) s CPU\)$"), ".2f"),
 ]
 
@@ -649,6 +661,7 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{H100}, its final table", results_table(H100, "Intel(R)")),
     Excerpt(BENCH, f"benchmarks/results/{CPU_VM}, its table", results_table(CPU_VM, "AMD EPYC")),
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
+    Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}", results_table(SIMILARITY, "1522 examples; shipped")),
     Excerpt(README, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(README, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}", lambda: _yardstick().table(REF / YARDSTICK)),
     Excerpt(README, f"benchmarks/yardstick_table.py --by-repetition outputs/reference/{YARDSTICK}",

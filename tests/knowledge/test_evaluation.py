@@ -34,7 +34,7 @@ def test_test_part_meets_the_goal(scores):
 
 # What the rules reached on the test part when they were last written from train (README.md's test table): a
 # change that names fewer of the logs nobody tuned to, or finds anything in a clean one, is a regression.
-REACHED_ON_TEST = 365
+REACHED_ON_TEST = 391
 
 
 def test_the_test_part_does_not_fall_below_what_it_reached(scores):
