@@ -22,17 +22,22 @@ how many of those only seem failed (no line says "error:", see ``seems_failed``)
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from playbook.knowledge import similarity as sim  # noqa: E402
-from dataclasses import replace  # noqa: E402
-
 from playbook.knowledge.corpus import thread_key  # noqa: E402
 from playbook.knowledge.evaluation import read_corpus  # noqa: E402
-from playbook.knowledge.failures import UNRECOGNISED, diagnose_log, first_failure, load_knowledge_base, seems_failed  # noqa: E402
+from playbook.knowledge.failures import (  # noqa: E402
+    UNRECOGNISED,
+    diagnose_log,
+    first_failure,
+    load_knowledge_base,
+    seems_failed,
+)
 from playbook.knowledge.logtext import LogText  # noqa: E402
 
 

@@ -279,8 +279,9 @@ def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: 
     :mod:`playbook.knowledge.similarity`), else one :data:`UNRECOGNISED` finding with the first error
     line, the stage, and the nearest known failure as a hint. A log that only seems to fail
     (:func:`seems_failed`: a crash, a refused device, a missing library, in words no tool's error report
-    uses) is named when the resemblance is confident and otherwise gets no finding, as a clean log. ``exclude_thread`` leaves the examples of one
-    thread out of the comparison (the evaluation scores a train log without its own thread's examples)."""
+    uses) is named when the resemblance is confident and otherwise gets no finding, as a clean log.
+    ``exclude_thread`` leaves the examples of one thread out of the comparison (the evaluation scores a
+    train log without its own thread's examples)."""
     findings = known_findings(log, **kwargs)
     if findings:
         return findings
@@ -327,9 +328,9 @@ BENIGN_LINE = re.compile(r"-Werror|-Wno-error|error_code|errors?=|\b0 errors?\b|
                          r"|warning:|ERROR: Failed building wheel", re.IGNORECASE)
 
 # Lines that say something went wrong in other words than "error" or "failed": a crash, a refused device or
-# driver, a missing library or file, an exhausted resource, an API's own error code. Half the real logs that
-# no tool reported as an error (a third of the train corpus: users paste the crash, not a build log) say it
-# this way. They widen the lines the similarity stage compares and the logs it reads (:func:`seems_failed`).
+# driver, a missing library or file, an exhausted resource, an API's own error code. A third of the train
+# corpus's failure logs have no line that plainly says "error:" (users paste the crash, not a build log).
+# These lines widen what the similarity stage compares and the logs it reads (:func:`seems_failed`).
 TROUBLE_LINE = re.compile(
     r"^.*(?:\bcannot\b|\bcan'?t\b|\bcould not\b|\bcouldn'?t\b|\bunable to\b|\bnot found\b|\bno such file\b|"
     r"\bnot supported\b|\bunsupported\b|\bnot recogni[sz]ed\b|\billegal (?:hardware )?instruction\b|\bsegfault\b|"

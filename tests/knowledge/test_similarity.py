@@ -4,9 +4,8 @@ resemblance of error lines, named only above the threshold measured on the train
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -182,8 +181,8 @@ def test_a_log_that_only_seems_to_fail_and_resembles_nothing_gets_no_finding():
     "Git repository not found; to enable automatic generation of build info, make sure Git is installed",
     "-- GL_KHR_cooperative_matrix not supported by glslc",
     "-- Using CMAKE_CUDA_ARCHITECTURES=86;120a CMAKE_CUDA_ARCHITECTURES_NATIVE=No CUDA devices found",
-    "done_getting_tensors: tensor 'token_embd.weight' (q8_0) (and 0 others) cannot be used with preferred buffer "
-    "type CPU_REPACK, using CPU instead",
+    ("done_getting_tensors: tensor 'token_embd.weight' (q8_0) (and 0 others) cannot be used with preferred buffer "
+     "type CPU_REPACK, using CPU instead"),
     # train clean logs (mtmd on an M3 Pro, LM Studio): bf16 kernels skipped on a Mac without bfloat
     "ggml_metal_init: skipping kernel_mul_mm_bf16_f32                   (not supported)",
     # the Makefile's note (train w64devkit log), printed by builds that succeed too
