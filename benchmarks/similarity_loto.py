@@ -22,7 +22,6 @@ how many of those only seem failed (no line says "error:", see ``seems_failed``)
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +32,7 @@ from playbook.knowledge.corpus import thread_key  # noqa: E402
 from playbook.knowledge.evaluation import read_corpus  # noqa: E402
 from playbook.knowledge.failures import (  # noqa: E402
     UNRECOGNISED,
+    KnowledgeBase,
     diagnose_log,
     first_failure,
     load_knowledge_base,
@@ -72,8 +72,7 @@ def main(argv: list[str]) -> int:
             precision = right / len(reached) if reached else 0.0
             print(f"{value:9.4f}  {len(reached):4d} ({len(reached) / total:5.1%})  {precision:8.1%}  "
                   f"{right:4d} ({right / total:5.1%})")
-    knowledge = load_knowledge_base()
-    no_patterns = replace(knowledge, entries=tuple(replace(entry, signatures=()) for entry in knowledge.entries))
+    no_patterns = load_knowledge_base().without_patterns()
     named = []
     for name, log in clean_logs():
         findings = diagnose_log(log, detect_failure=True, knowledge=no_patterns)
@@ -84,7 +83,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def whole_logs(no_patterns) -> None:
+def whole_logs(no_patterns: KnowledgeBase) -> None:
     """The train logs as diagnose reads them with every pattern set aside: what the stage names by itself."""
     logs = [log for log in read_corpus(REPO / "tests" / "data" / "corpus", "train") if log.expected]
     right = wrong = seeming = 0

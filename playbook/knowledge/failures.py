@@ -130,6 +130,11 @@ class KnowledgeBase:
     def ids(self) -> list[str]:
         return [entry.id for entry in self.entries]
 
+    def without_patterns(self) -> KnowledgeBase:
+        """The same entries with no pattern: what diagnosis names by similarity alone (the measure of
+        ``benchmarks/similarity_loto.py``)."""
+        return dataclasses.replace(self, entries=tuple(dataclasses.replace(e, signatures=()) for e in self.entries))
+
     def families(self) -> dict[str, int]:
         """Entries per family, in the order of :data:`FAMILIES`."""
         counts = {family: sum(entry.family == family for entry in self.entries) for family in FAMILIES}
@@ -286,7 +291,7 @@ def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: 
     if findings:
         return findings
     plainly_failed = bool(unrecognised_stage) or (detect_failure and first_failure(log) is not None)
-    seemingly_failed = detect_failure and similarity and not plainly_failed and seems_failed(log)
+    seemingly_failed = detect_failure and similarity and not plainly_failed and bool(trouble_lines(log))
     if not (plainly_failed or seemingly_failed):
         return []
     fallback = unrecognised(log, unrecognised_stage)
@@ -407,10 +412,10 @@ def _plain_failure(line: str) -> bool:
 
 
 def seems_failed(text: str | LogText) -> bool:
-    """Whether ``text`` says that anything went wrong: it plainly failed (:func:`first_failure`), or one of
-    its error lines (:func:`error_lines`) is not one that successful logs print too (:data:`ROUTINE_LINE`)."""
+    """Whether ``text`` says that anything went wrong: it plainly failed (:func:`first_failure`), or it has
+    a line of trouble that successful logs do not print (:func:`trouble_lines`)."""
     log = _as_log(text)
-    return first_failure(log) is not None or any(not ROUTINE_LINE.search(line) for _, line in error_lines(log))
+    return first_failure(log) is not None or bool(trouble_lines(log))
 
 
 def first_failure(text: str | LogText) -> tuple[int, str] | None:
@@ -459,6 +464,12 @@ def error_lines(text: str | LogText, limit: int = 12) -> list[tuple[int, str]]:
     return [(n, log.matched(n)) for n in sorted(set(chosen))[:limit]]
 
 
+def trouble_lines(text: str | LogText, limit: int = 12) -> list[tuple[int, str]]:
+    """Of the first ``limit`` :func:`error_lines`, those that successful logs do not print too
+    (:data:`ROUTINE_LINE`): what makes a log seem failed, and what the similarity stage reads of it."""
+    return [(number, line) for number, line in error_lines(text, limit) if not ROUTINE_LINE.search(line)]
+
+
 def failed_stage(text: str | LogText, line_number: int, default: str = "run") -> str:
     """configure, compile, link, import or run: where the failure on ``line_number`` happened
     (``default`` when neither the line nor what precedes it says)."""
@@ -483,8 +494,8 @@ def unrecognised(text: str | LogText, stage: str = "") -> Finding:
     found = first_failure(log)
     if found is None:
         hit = log.first_match(ERROR_SIGNATURE, accept=lambda line: not BENIGN_LINE.search(line))
-        trouble = next((number for number, line in error_lines(log) if not ROUTINE_LINE.search(line)), 0)
-        found = (hit[0], log.evidence(hit[0])) if hit else (trouble, log.evidence(trouble)) if trouble else None
+        number = hit[0] if hit else next((n for n, _ in trouble_lines(log)), 0)  # a log that only seems failed
+        found = (number, log.evidence(number)) if number else None
     if found is None:
         tail = next((log.evidence(n) for n in range(log.line_count, 0, -1) if log.evidence(n)), "")
         line_number, evidence = 0, (tail or "(no output)")

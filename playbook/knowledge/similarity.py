@@ -213,14 +213,12 @@ def load_index(document: dict[str, Any]) -> tuple[Index, Threshold]:
 
 
 def error_lines_of(log: LogText, *, routine: bool = True) -> list[str]:
-    """The folded error lines the second stage compares, distinct, in order; without ``routine``, none of
-    the lines that successful logs print too (:data:`playbook.knowledge.failures.ROUTINE_LINE`)."""
-    from playbook.knowledge.failures import ROUTINE_LINE, error_lines
+    """The folded error lines the second stage compares, distinct, in order; without ``routine``, only its
+    lines of trouble (:func:`playbook.knowledge.failures.trouble_lines`: none that successful logs print too)."""
+    from playbook.knowledge.failures import error_lines, trouble_lines
 
     lines: list[str] = []
-    for _, line in error_lines(log, LINES_PER_EXAMPLE * 2):
-        if not routine and ROUTINE_LINE.search(line):
-            continue
+    for _, line in (error_lines if routine else trouble_lines)(log, LINES_PER_EXAMPLE * 2):
         folded = fold_for_similarity(line)[:CHARS_PER_LINE]
         if folded and folded not in lines:
             lines.append(folded)

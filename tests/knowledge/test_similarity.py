@@ -4,7 +4,6 @@ resemblance of error lines, named only above the threshold measured on the train
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,11 +141,6 @@ def test_shipped_index_names_no_folder_of_the_machine_it_was_written_on():
     assert all(not re.search(r"(?<![\w.:/-])/[^\s/]+/", source) for source in local), local
 
 
-def _without_patterns():
-    knowledge = load_knowledge_base()
-    return replace(knowledge, entries=tuple(replace(entry, signatures=()) for entry in knowledge.entries))
-
-
 @pytest.mark.parametrize("name, expected", [
     ("cpu/gpt4all-osx-intel-mac-pro-illegal.txt", "illegal-instruction"),
     ("cublas-cccl/faster-whisper-cublaslt64-12-dll-not-located.txt", "shared-library-not-found"),
@@ -157,19 +151,20 @@ def test_a_log_that_only_seems_to_fail_is_named_by_resemblance(name, expected):
     log = parse_corpus_log(REPO / "tests" / "data" / "corpus" / "train" / name, "train", name.split("/")[0])
     text = LogText.from_text(log.text)
     assert first_failure(text) is None and seems_failed(text)
-    (finding,) = diagnose_log(text, detect_failure=True, knowledge=_without_patterns(),
+    (finding,) = diagnose_log(text, detect_failure=True, knowledge=load_knowledge_base().without_patterns(),
                               exclude_thread=thread_key(log.source))
     assert finding.id == expected and finding.similarity > 0 and thread_key(finding.like) != thread_key(log.source)
     assert finding.evidence and finding.line_number > 0
-    assert diagnose_log(text, detect_failure=False, knowledge=_without_patterns()) == []  # only when asked to detect
+    no_patterns = load_knowledge_base().without_patterns()
+    assert diagnose_log(text, detect_failure=False, knowledge=no_patterns) == []  # only when asked to detect
 
 
 def test_a_log_that_only_seems_to_fail_and_resembles_nothing_gets_no_finding():
     text = LogText.from_text("loading the quux plugin\nthe frobnicator could not reticulate the splines\n")
     assert seems_failed(text) and first_failure(text) is None
-    assert diagnose_log(text, detect_failure=True, knowledge=_without_patterns()) == []
+    assert diagnose_log(text, detect_failure=True, knowledge=load_knowledge_base().without_patterns()) == []
     (plain,) = diagnose_log(LogText.from_text("error: the frobnicator could not reticulate the splines\n"),
-                            detect_failure=True, knowledge=_without_patterns())
+                            detect_failure=True, knowledge=load_knowledge_base().without_patterns())
     assert plain.id == UNRECOGNISED  # a plain failure still says so
 
 
