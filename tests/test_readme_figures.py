@@ -661,7 +661,7 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{H100}, its final table", results_table(H100, "Intel(R)")),
     Excerpt(BENCH, f"benchmarks/results/{CPU_VM}, its table", results_table(CPU_VM, "AMD EPYC")),
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
-    Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}", results_table(SIMILARITY, "1522 examples; shipped")),
+    Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}", lambda: _text(RESULTS / SIMILARITY).rstrip("\n")),
     Excerpt(README, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(README, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}", lambda: _yardstick().table(REF / YARDSTICK)),
     Excerpt(README, f"benchmarks/yardstick_table.py --by-repetition outputs/reference/{YARDSTICK}",
