@@ -2,7 +2,7 @@
 
 Patterns name what their authors saw; a user's log often says the same thing in other words. When no
 pattern matches a log that plainly failed, its error lines (:func:`playbook.knowledge.failures.error_lines`;
-of a log that only seems failed, its lines of trouble, :func:`playbook.knowledge.failures.trouble_lines`),
+of a log that only seems failed, its lines of trouble, :func:`playbook.knowledge.failures.trouble_lines`;
 read by :func:`playbook.knowledge.normalise.fold_for_similarity`) are compared with the error lines of every
 example of a known failure: the logs under ``tests/data/failures/<id>/`` and the ``train`` part of the
 corpus (``tests/data/corpus/train/``). The comparison is TF-IDF over words and character 3-grams, by
