@@ -21,6 +21,9 @@ from playbook.knowledge.normalise import match_line, paste_line, translations
 from playbook.knowledge.signatures import SPAN_AFTER, SPAN_BEFORE, Signature, required_literals
 
 SAMPLE = 65536
+# The most lines one text of joined windows holds (LogText.windows): big enough that a run of candidates is
+# searched in a few texts, small enough that a match near its start is found without joining the whole log.
+WINDOW_LINES = 2000
 # From this many bytes of distinct lines on, a literal with a word the log lacks is not searched for.
 WORDS_FROM_BYTES = 4_000_000
 _NOT_WORD_TO_SPACE = bytes(b if (48 <= b <= 57 or 97 <= b <= 122 or b == 95 or b >= 128) else 32 for b in range(256))
@@ -198,11 +201,22 @@ class LogText:
         found = [self._lines_with_literal(literal) for literal in translated_literals()]
         return np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
 
-    def window(self, number: int) -> tuple[int, str]:
-        """The matched lines around ``number`` (for a pattern that can span lines) and its first line's number."""
-        first = max(1, number - SPAN_BEFORE)
-        last = min(self.line_count, number + SPAN_AFTER)
-        return first, "\n".join(self.matched(n) for n in range(first, last + 1))
+    def windows(self, numbers: Iterable[int]) -> Iterator[tuple[int, str]]:
+        """The matched lines around each of ``numbers`` (ascending), for a pattern that can span lines, with
+        each text's first line number. Overlapping windows are joined into one text (up to
+        :data:`WINDOW_LINES` lines), so that a line held by many candidates' windows is searched once, not
+        once per candidate: a common literal's lines of a large log would otherwise cost minutes."""
+        start = end = 0
+        for number in numbers:
+            first, last = max(1, number - SPAN_BEFORE), min(self.line_count, number + SPAN_AFTER)
+            if end and first <= end + 1 and last - start < WINDOW_LINES:
+                end = max(end, last)
+                continue
+            if end:
+                yield start, "\n".join(self.matched(n) for n in range(start, end + 1))
+            start, end = first, last
+        if end:
+            yield start, "\n".join(self.matched(n) for n in range(start, end + 1))
 
     def candidates(self, signature: Signature) -> Iterator[int]:
         """The lines ``signature`` may match on, in order; every line when it names no literal."""
@@ -214,9 +228,8 @@ class LogText:
     def first_match(self, signature: Signature, accept=None) -> tuple[int, re.Match[str]] | None:
         """The first line where ``signature`` matches (and ``accept(line)`` holds), with the match."""
         tried: set[str] = set()
-        for number in self.candidates(signature):
-            if signature.spans_lines:
-                first, text = self.window(number)
+        if signature.spans_lines:
+            for first, text in self.windows(self.candidates(signature)):
                 if text in tried:
                     continue
                 tried.add(text)
@@ -224,14 +237,15 @@ class LogText:
                     line_number = first + text.count("\n", 0, match.start())
                     if accept is None or accept(self.matched(line_number)):
                         return line_number, match
-            else:
-                line = self.matched(number)
-                if line in tried:
-                    continue
-                tried.add(line)
-                match = signature.regex.search(line)
-                if match and (accept is None or accept(line)):
-                    return number, match
+            return None
+        for number in self.candidates(signature):
+            line = self.matched(number)
+            if line in tried:
+                continue
+            tried.add(line)
+            match = signature.regex.search(line)
+            if match and (accept is None or accept(line)):
+                return number, match
         return None
 
     def all_matches(self, signature: Signature, accept=None, limit: int = 50) -> list[int]:

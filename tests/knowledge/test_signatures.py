@@ -80,6 +80,25 @@ def test_a_signature_that_spans_lines_matches_across_them():
     assert re.search(signature.regex, "\n".join(log.matched(n) for n in range(1, log.line_count + 1)))
 
 
+def test_overlapping_windows_are_searched_as_one_text():
+    """A pattern that can span lines is tried on the lines around each candidate line; candidates close
+    together share one text (each line searched once), far apart ones get their own, each whole."""
+    from playbook.knowledge.logtext import WINDOW_LINES
+    from playbook.knowledge.signatures import SPAN_AFTER, SPAN_BEFORE
+
+    log = LogText.from_text("\n".join(f"line {n}" for n in range(1, 5001)) + "\n")
+    windows = list(log.windows([100, 150, 1000]))
+    assert [first for first, _ in windows] == [100 - SPAN_BEFORE, 1000 - SPAN_BEFORE]
+    assert windows[0][1].split("\n")[-1] == f"line {150 + SPAN_AFTER}"
+    assert windows[1][1].split("\n")[-1] == f"line {1000 + SPAN_AFTER}"
+    joined = list(log.windows(range(1, 4801, 10)))  # a run of candidates: texts of at most WINDOW_LINES lines
+    assert len(joined) > 1 and all(text.count("\n") + 1 <= WINDOW_LINES for _, text in joined)
+    covered = {first + i for first, text in joined for i in range(text.count("\n") + 1)}
+    assert covered == set(range(1, 4791 + SPAN_AFTER + 1))  # every candidate's whole window, once or more
+    signature = Signature.compile(r"line 4321\s+line 4322")
+    assert signature.spans_lines and log.first_match(signature)[0] == 4321
+
+
 def test_a_large_log_skips_only_literals_it_cannot_hold():
     """Past WORDS_FROM_BYTES the log's words spare searches; every example inside 5 MB of distinct build
     lines is still found, on its own line."""
