@@ -18,6 +18,7 @@ from playbook.params import Backend
 from playbook.steps.configure import windows
 from playbook.steps.detect import CCCL_HEADERS, CudaToolkit, Facts, Tool
 from playbook.toolkits import pypi
+from playbook.toolkits.cxx_runtime import is_cxx_compiler
 
 if TYPE_CHECKING:
     from playbook.steps.configure.planner import Planner
@@ -146,6 +147,7 @@ def configure(planner: Planner) -> None:
                        "llama.dll loads cudart, cublas and cublasLt from the toolkit's bin folder")
     else:
         check_gcc(planner, toolkit)
+        check_host_runtime(planner, toolkit)
 
 
 # A build expected to take longer than this on a machine without a GPU (built for another) is a warning too.
@@ -356,11 +358,46 @@ def check_gcc(planner: Planner, toolkit: CudaToolkit) -> None:
 
 
 def host_compiler(facts: Facts, env: dict[str, str]) -> Tool | None:
+    """The compiler nvcc compiles host code with and CMake links the CUDA library with: CUDAHOSTCXX (the plan's,
+    else the environment's, which wins over -DCMAKE_CUDA_HOST_COMPILER in CMake), else the C++ compiler."""
     found = {t.name: t for t in facts.compilers if t.found}
-    for name in (env.get("CUDAHOSTCXX"), facts.environment.get("CUDAHOSTCXX"), facts.environment.get("CXX"), "c++", "g++"):
+    for name in (env.get("CUDAHOSTCXX"), facts.environment.get("CUDAHOSTCXX"), env.get("CXX"),
+                 facts.environment.get("CXX"), "c++", "g++"):
         if name and name in found:
             return found[name]
     return None
+
+
+def check_host_runtime(planner: Planner, toolkit: CudaToolkit) -> None:
+    """Name the CUDA host compiler in CUDAHOSTCXX and -DCMAKE_CUDA_HOST_COMPILER alike when it must differ from
+    the environment's: when the host compiler copies the C++ runtime into libggml-cuda.so (which it links), or
+    when the plan moved CXX away from the environment's (CUDAHOSTCXX would otherwise keep the old one)."""
+    facts, env = planner.facts, planner.env
+    host = host_compiler(facts, env)
+    if host is None:
+        return
+    inherited = facts.environment.get("CUDAHOSTCXX", "")
+    moved_cxx = env.get("CXX") and not env.get("CUDAHOSTCXX") and inherited and inherited != env["CXX"]
+    if host.links_cxx_runtime_shared is not False and not moved_cxx:
+        return
+    limits = compatibility.host_compiler_limits(toolkit.version)
+    accepted = [t for t in facts.compilers if t.found and t.links_cxx_runtime_shared and is_cxx_compiler(t.path)
+                and (limits is None or "clang" in t.banner.lower() or not version_tuple(t.version)[:1]
+                     or version_tuple(t.version)[0] <= limits.max_gcc)]
+    if not accepted:
+        planner.warn("cuda-host-runtime-static",
+                     f"{host.path}, nvcc's host compiler, copies the C++ runtime into libggml-cuda.so, and no g++ found "
+                     f"here that CUDA {toolkit.version} accepts links it shared: install the distribution's g++ and "
+                     "set CUDAHOSTCXX to it")
+        return
+    chosen = next((t for t in accepted if t.path == env.get("CXX")), accepted[0])
+    env["CUDAHOSTCXX"] = chosen.path
+    planner.set_cmake_arg(f"-DCMAKE_CUDA_HOST_COMPILER={chosen.path}")
+    why = (f"{host.path} copies the C++ runtime into the libraries it links, libggml-cuda.so among them"
+           if host.links_cxx_runtime_shared is False else f"the plan's CXX is {env['CXX']}")
+    planner.decide("CUDA host compiler", chosen.path,
+                   f"{why}; {chosen.path} links libstdc++.so.6 shared: CUDAHOSTCXX and -DCMAKE_CUDA_HOST_COMPILER "
+                   "both name it, since CUDAHOSTCXX from the environment overrides CMake's argument")
 
 
 def check_msvc(planner: Planner, toolkit: CudaToolkit) -> None:

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,13 +302,16 @@ def build_step(run: RunFolder, attempt: int, on_progress: ProgressCallback | Non
     return result
 
 
-def toolchain(facts: Any, plan: BuildPlan) -> dict[str, str]:
-    """The tool versions that go into the wheel's fingerprint."""
+def toolchain(facts: Any, plan: BuildPlan, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The tool versions that go into the wheel's fingerprint, and the compilers this plan's build runs in
+    ``environ`` (default: this process's): a plan repaired to another compiler never meets the old wheel."""
     compilers = {t.name: t.version for t in facts.compilers if t.found}
     nvcc = next((t.version for t in facts.cuda_toolkits if t.root == plan.cuda_toolkit), "")
     if plan.toolkit_request is not None:
         nvcc = Path(plan.cuda_toolkit).name  # the root's name holds the sha256 of its wheels
-    return {"compilers": json.dumps(compilers, sort_keys=True), "nvcc": nvcc, "cmake": facts.cmake.version}
+    used = plan.effective_compilers(os.environ if environ is None else environ)
+    return {"compilers": json.dumps(compilers, sort_keys=True), "nvcc": nvcc, "cmake": facts.cmake.version,
+            "compilers used": json.dumps(used, sort_keys=True)}
 
 
 def _wheel_info(path: Path) -> WheelInfo:

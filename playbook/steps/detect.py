@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from playbook.runfolder.redact import redact_env
+from playbook.toolkits import cxx_runtime
 
 if TYPE_CHECKING:
     from playbook.params import Params
@@ -65,6 +66,10 @@ class Tool:
     banner: str = ""
     # What the tool says it was built with (ccache's "Features:" line: redis-storage, http-storage, ...).
     features: list[str] = field(default_factory=list)
+    # A C++ compiler's linkage of the C++ runtime, probed by linking one small library: True when it needs
+    # libstdc++.so.6, False when the runtime is copied in (a relocated GCC, -static-libstdc++); None when not
+    # probed (no C++ compiler, Windows) or when it could not link at all.
+    links_cxx_runtime_shared: bool | None = None
 
 
 @dataclass
@@ -937,7 +942,8 @@ def parse_ccache_features(banner: str) -> list[str]:
     return line.removeprefix("Features:").split()
 
 
-def detect_compilers(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> list[Tool]:
+def detect_compilers(environ: Mapping[str, str], search_path: str, runner: CommandRunner,
+                     probe: Callable[[str], bool | None] = cxx_runtime.runtime_linkage) -> list[Tool]:
     names = [environ[var] for var in ("CC", "CXX", "CUDAHOSTCXX") if environ.get(var)]
     names += ["cl"] if platform.system() == "Windows" else ["cc", "c++", "gcc", "g++", "clang", "clang++"]
     names += versioned_gxx(search_path)
@@ -950,7 +956,22 @@ def detect_compilers(environ: Mapping[str, str], search_path: str, runner: Comma
         out = runner([path] if name == "cl" else [path, "--version"], 20)
         banner = out.stdout.strip()
         tools.append(Tool(name, True, path, parse_compiler_version(banner), banner.splitlines()[0] if banner else ""))
+    if platform.system() != "Windows":
+        probe_cxx_runtime(tools, cxx_names={environ.get("CXX", ""), environ.get("CUDAHOSTCXX", "")}, probe=probe)
     return tools
+
+
+def probe_cxx_runtime(tools: list[Tool], cxx_names: set[str], probe: Callable[[str], bool | None]) -> None:
+    """Probe each C++ compiler once (by resolved path: ``c++`` and ``g++`` are often one file) for how it links
+    the C++ runtime; ``cxx_names``: what CXX and CUDAHOSTCXX name, C++ compilers whatever they are called."""
+    linkage: dict[str, bool | None] = {}
+    for tool in tools:
+        if not tool.found or not (cxx_runtime.is_cxx_compiler(tool.name) or tool.name in cxx_names):
+            continue
+        resolved = str(Path(tool.path).resolve())
+        if resolved not in linkage:
+            linkage[resolved] = probe(tool.path)
+        tool.links_cxx_runtime_shared = linkage[resolved]
 
 
 def versioned_gxx(search_path: str) -> list[str]:

@@ -156,13 +156,18 @@ def use_shared_cxx_runtime(plan: BuildPlan, facts: Facts, environ: Mapping[str, 
     if chosen is None:
         return
     chosen_args = [f"-DCMAKE_C_COMPILER={chosen.c}", f"-DCMAKE_CXX_COMPILER={chosen.cxx}"]
+    plan.env.update(CC=chosen.c, CXX=chosen.cxx)
     if plan.backend is Backend.CUDA:
+        # CUDAHOSTCXX in the build's environment wins over -DCMAKE_CUDA_HOST_COMPILER: both must name it
         chosen_args.append(f"-DCMAKE_CUDA_HOST_COMPILER={chosen.cxx}")
+        plan.env["CUDAHOSTCXX"] = chosen.cxx
     for arg in chosen_args:
         plan.cmake_args = with_cmake_arg(plan.cmake_args, arg)
     plan.decisions.append(Decision("C++ compiler", chosen.cxx,
                                    f"it links the C++ runtime as libstdc++.so; {used or 'the compiler used'} "
-                                   "linked the runtime into the wheel's libraries"))
+                                   "linked the runtime into the wheel's libraries; CC, CXX"
+                                   + (", CUDAHOSTCXX" if plan.backend is Backend.CUDA else "")
+                                   + " and CMake's arguments name it"))
 
 
 def add_toolkit_components(plan: BuildPlan, facts: Facts, components: list[str], cache_dir: Path) -> None:

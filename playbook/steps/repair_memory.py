@@ -55,7 +55,9 @@ def machine_fingerprint(facts: Facts, backend: str) -> str:
     identity: dict[str, object] = {
         "os": [facts.os.system, facts.os.machine],
         "cpu": [facts.cpu.model, sorted(facts.cpu.flags)],
-        "compilers": sorted([c.name, c.version] for c in facts.compilers if c.found),
+        # each compiler file once, whatever names it (c++, g++, $CXX, $CUDAHOSTCXX): a variable that names a
+        # compiler already found changes nothing
+        "compilers": sorted({(Path(c.path).resolve().name, c.version) for c in facts.compilers if c.found}),
     }
     for name in unit(backend).facts_read:
         identity.setdefault(name, _identity_of(facts, name))

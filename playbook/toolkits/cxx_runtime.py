@@ -15,6 +15,7 @@ itself defines. ``readelf`` (binutils, there wherever GCC links) reads them.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ RUNTIME_SYMBOL = "_ZNSt6locale7classicEv"  # std::locale::classic()
 PROBE_SOURCE = '#include <sstream>\nint probe() { std::ostringstream s; s << 1; return (int)s.str().size(); }\n'
 # The C compiler that goes with a C++ compiler of the same folder, by the C++ compiler's name.
 C_COMPILER_FOR = {"g++": "gcc", "c++": "cc", "clang++": "clang"}
+CXX_COMPILER_NAME = re.compile(r"(c\+\+|g\+\+|clang\+\+)(-\d+)?")
 
 
 @dataclass
@@ -87,13 +89,30 @@ def runtime_copies(folder: Path, mapped: list[str] | None = None) -> RuntimeCopi
     return copies
 
 
-def links_runtime_shared(cxx: str, timeout_s: float = 120) -> bool:
-    """Whether a shared library that ``cxx`` links leaves the C++ runtime to ``libstdc++.so`` (compiles one)."""
+def runtime_linkage(cxx: str, timeout_s: float = 120) -> bool | None:
+    """Whether a shared library that ``cxx`` links leaves the C++ runtime to ``libstdc++.so`` (True) or copies
+    it in (False), read from one probe library it compiles and links (a fraction of a second); None when
+    ``cxx`` cannot link one or readelf cannot read it (no binutils: macOS)."""
+    if shutil.which("readelf") is None:
+        return None
     with tempfile.TemporaryDirectory(prefix="playbook-cxx-") as work:
         source, library = Path(work) / "probe.cpp", Path(work) / "libprobe.so"
         source.write_text(PROBE_SOURCE, encoding="utf-8")
         built = run_captured([cxx, "-shared", "-fPIC", "-o", str(library), str(source)], timeout_s=timeout_s)
-        return built.returncode == 0 and defines_runtime(library) is False
+        if built.returncode != 0:
+            return None
+        defined = defines_runtime(library)
+        return None if defined is None else not defined
+
+
+def links_runtime_shared(cxx: str, timeout_s: float = 120) -> bool:
+    """Whether a shared library that ``cxx`` links leaves the C++ runtime to ``libstdc++.so`` (compiles one)."""
+    return runtime_linkage(cxx, timeout_s) is True
+
+
+def is_cxx_compiler(name: str) -> bool:
+    """Whether a compiler's name (or path) is a C++ compiler's: ``c++``, ``g++-13``, ``/opt/gcc/bin/clang++``."""
+    return CXX_COMPILER_NAME.fullmatch(Path(name).name) is not None
 
 
 @dataclass(frozen=True)

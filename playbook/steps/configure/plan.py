@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shlex
+import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from playbook.backends.rpc import RpcPlan
@@ -83,6 +85,20 @@ class BuildPlan:
     def build_env(self) -> dict[str, str]:
         """Variables the build sees on top of the inherited environment."""
         return {**self.env, "CMAKE_ARGS": self.cmake_args_string, "FORCE_CMAKE": "1", PARALLEL_ENV: str(self.jobs)}
+
+    def effective_compilers(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The compilers CMake will run for this plan in an environment that inherits ``environ``, as CMake picks
+        them: -DCMAKE_<LANG>_COMPILER over CC/CXX; for CUDA's host compiler CUDAHOSTCXX over
+        -DCMAKE_CUDA_HOST_COMPILER (CMake reads the variable into a normal variable that hides the cache
+        entry), else nvcc's own default. Each as the file it resolves to on the build's PATH."""
+        env = {**environ, **self.build_env()}
+        given = {a[2:].split("=", 1)[0].split(":")[0]: a.split("=", 1)[1]
+                 for a in self.cmake_args if a.startswith("-D") and "=" in a}
+        chosen = {"C": given.get("CMAKE_C_COMPILER") or env.get("CC") or "cc",
+                  "CXX": given.get("CMAKE_CXX_COMPILER") or env.get("CXX") or "c++"}
+        if self.cuda_toolkit or self.toolkit_request is not None:
+            chosen["CUDA host"] = env.get("CUDAHOSTCXX") or given.get("CMAKE_CUDA_HOST_COMPILER") or "nvcc's default"
+        return {lang: shutil.which(name, path=env.get("PATH")) or name for lang, name in chosen.items()}
 
     def warning_codes(self) -> list[str]:
         return [w.code for w in self.warnings]

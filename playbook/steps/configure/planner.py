@@ -16,7 +16,7 @@ from playbook.params import Backend, Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.steps.caches import launcher_args, redact_url, remote_storage_problem
-from playbook.steps.configure import choice, windows
+from playbook.steps.configure import choice, cxx_toolchain, windows
 from playbook.steps.configure.plan import (
     MULTIMODAL_OPTION,
     MULTIMODAL_OPTIONS,
@@ -90,6 +90,8 @@ class Planner:
         self.backend = choice.choose(self)
         if self.backend is not Backend.CUDA:
             self.toolkit = self.toolkit_request = None
+        if self.builds_llama_cpp():
+            cxx_toolchain.plan_cxx_compilers(self)
         choice.configure_backend(self)
         if self.params.build.rpc:
             rpc.configure(self)
