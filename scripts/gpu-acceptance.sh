@@ -6,7 +6,8 @@
 # It runs params/gpu-reference.yaml (CUDA for the detected GPU, a 1B Q8_0 synthetic GGUF, llama-bench beside
 # the binding) from this checkout, with the environment exactly as the machine has it, and exits 0 only when the
 # CUDA wheel was built on the first attempt and passed verify with no repair. DEST receives the verdict
-# (gpu-acceptance.json) and the run folder packed as <run id>.tar.xz, to unpack under outputs/reference/.
+# (gpu-acceptance.json) and the run folder packed as <run id>.tar.xz (without the wheel) and the children's logs as
+# <run id>.verify-logs.tar.xz, to unpack under outputs/reference/.
 # COMMIT is the playbook's commit, recorded in the verdict (a copied checkout may have no .git to ask).
 #
 # An offline machine needs the offline bundle: BUNDLE=path, else .carry/bundle, else .carry/bundle.tar.xz
@@ -60,6 +61,10 @@ run="$(ls -d "$work"/runs/*/ 2>/dev/null | tail -1)"
 "$python" -m playbook report "$run" > /dev/null 2>&1 || log "the HTML report could not be written"
 "$python" -m playbook.interfaces.acceptance "$run" --commit "$commit" --write "$dest/gpu-acceptance.json"
 verdict=$?
-tar -C "$(dirname "$run")" -cJf "$dest/$(basename "$run").tar.xz" "$(basename "$run")"
-log "archived $(basename "$run") in $dest ($(du -h "$dest/$(basename "$run").tar.xz" | cut -f1))"
+# The archive as outputs/reference/ keeps runs: everything but the wheel (its sha256 is in build-attempt-N.json),
+# the children's logs packed apart
+id="$(basename "$run")"
+tar -C "$(dirname "$run")" --exclude="$id/wheelhouse" --exclude="$id/verify-logs" -cJf "$dest/$id.tar.xz" "$id"
+[ ! -d "$run/verify-logs" ] || tar -C "$run" -cJf "$dest/$id.verify-logs.tar.xz" verify-logs
+log "archived $id in $dest: $(du -ch "$dest/$id"*.tar.xz | tail -1 | cut -f1); unpack $id.tar.xz under outputs/reference/"
 exit "$verdict"
