@@ -67,6 +67,8 @@ class VerifyTarget:
     """Installed with the wheel (``llama-cpp-python[server]``); the server extra is checked by starting it."""
     find_links: str = ""
     """Where the extras' packages come from when not from the index."""
+    cmake_args: list[str] = field(default_factory=list)
+    """The plan's CMake arguments: what the build compiled in (every flash-attention K/V pair, say)."""
     gpu_bandwidth_gb_per_s: float | None = None
     """The GPU's peak memory bandwidth (NVML), for token generation's upper limit."""
     rpc: RpcPlan | None = None

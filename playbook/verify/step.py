@@ -139,6 +139,7 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         dll_directories=list(plan.dll_directories),
         extras=list(plan.extras),
         find_links=plan.find_links,
+        cmake_args=list(plan.cmake_args),
         gpu_bandwidth_gb_per_s=gpu_bandwidth_gb_per_s(gpu.memory_bus_width_bits, gpu.memory_clock_max_mhz)
         if gpu else None,
         rpc=plan.rpc,

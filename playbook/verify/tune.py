@@ -2,12 +2,17 @@
 
 At each offload level (full offload; the largest measured offload within ``verify.gpu_memory_budget``;
 no offload on a CPU-only build) the search starts from what ``Llama(model_path, n_gpu_layers=N)`` runs
-with and changes one setting at a time (coordinate descent), keeping a change when it speeds up the
-geometric mean of prompt processing and generation, over every depth, by more than
-:data:`MIN_GAIN`. Every trial is one child process (``probe.py bench``), measured at each
-``verify.tune_depths`` (tokens already in the KV cache, llama-bench's ``-d``). The winner and the
-defaults are then measured again, alternately (:func:`side_by_side`), and, when llama-bench was built,
-run through llama-bench with the same settings.
+with and changes one setting at a time (coordinate descent), once per workload: prompt-heavy (prompt
+processing) and generation-heavy (token generation). A change is kept for a workload when it speeds up that
+workload's geometric mean over every depth by more than :data:`MIN_GAIN` and is slower than the defaults at no
+depth: flash attention that speeds prompts but slows generation at depth 4096 is recommended for prompts only.
+Every trial is one child process (``probe.py bench``), measured at each ``verify.tune_depths`` (tokens already
+in the KV cache, llama-bench's ``-d``), and serves both workloads. What each workload found and the defaults are
+then measured again, alternately (:func:`side_by_side`); a setting that turns out slower there on its own metric
+is not recommended, and the defaults stay. Where llama-bench was built, it runs with the same settings.
+
+The KV-cache types tried with flash attention are those the build has kernels for (:func:`fa_kv_pairs`): a
+pair without one runs attention on the CPU. Pairs that need a build flag are named in the report.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ TESTS = ("pp", "tg")
 CUDA_GRAPHS_OFF = ("GGML_CUDA_DISABLE_GRAPHS", "1")  # ggml-cuda captures CUDA graphs unless this is set
 BATCHES = ((512, 256), (512, 512), (2048, 512), (2048, 1024), (4096, 2048))
 QUANTIZED_V_NEEDS_FLASH_ATTN = "a quantized V cache needs flash attention (llama.cpp refuses the context otherwise)"
+# The workloads a recommendation is made for, by the test that measures each.
+WORKLOADS = {"pp": "prompt-heavy (long prompts, short answers)", "tg": "generation-heavy (chat, long answers)"}
+KV_PAIRS = (("f16", "f16"), ("q8_0", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"))
+# ggml-cuda compiles flash-attention kernels for a K and V of the same type (f16, q8_0, q4_0) unless
+# GGML_CUDA_FA_ALL_QUANTS is on; another pair runs attention on the CPU (llama.cpp #28633: pp about 34 t/s
+# against 659-1094 t/s with the kernels built).
+FA_ALL_QUANTS = "GGML_CUDA_FA_ALL_QUANTS"
 
 
 @dataclass
@@ -40,6 +52,8 @@ class TuneTrial:
     stdevs: dict[str, dict[str, float]] = field(default_factory=dict)
     log_file: str = ""
     score: float | None = None  # against the defaults' trial; 1.0 is as fast
+    # Per workload ("pp", "tg"): the geometric mean over depths of that test, against the defaults' trial.
+    workload_scores: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,6 +72,22 @@ class GainRow:
 
 
 @dataclass
+class Recommendation:
+    """What to run for one workload at one offload: the tuned settings where they were faster at every depth,
+    else the defaults, with why."""
+
+    workload: str
+    """"pp" (prompt-heavy) or "tg" (generation-heavy): the test the settings were chosen and checked by."""
+    settings: BenchSettings
+    gains: list[GainRow] = field(default_factory=list)
+    """The side-by-side rows of this workload's test, every depth ([] where the defaults stay)."""
+    kept_defaults: str = ""
+    """Why the defaults stay ("" when tuned settings are recommended)."""
+    llama_kwargs: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class TuneTarget:
     n_gpu_layers: int
     why: str
@@ -70,6 +100,8 @@ class TuneTarget:
     error: str = ""
     stopped: str = ""  # why the search ended before every candidate was tried (verify.tune_budget_s)
     threadpool_lines: list[str] = field(default_factory=list)  # Python lines that attach the tuned CPU thread pool
+    recommendations: list[Recommendation] = field(default_factory=list)  # one per workload
+    build_hints: list[str] = field(default_factory=list)  # faster settings this build cannot run, and the flag
 
 
 @dataclass
@@ -83,7 +115,9 @@ class TuneResult:
     report_file: str = ""
 
     def best_gain(self, depth: int) -> float | None:
-        gains = [row.gain for target in self.targets for row in target.gains if row.depth == depth]
+        """The largest gain at ``depth`` of a recommended setting, on the metric it is recommended for."""
+        gains = [row.gain for target in self.targets for r in target.recommendations if not r.kept_defaults
+                 for row in r.gains if row.depth == depth]
         return max(gains, default=None)
 
 
@@ -94,8 +128,25 @@ Bench = Callable[[BenchSettings, int, list[int]], list[BenchPoint]]
 # ---------------------------------------------------------------- the search (pure: takes a measure function)
 
 
+def fa_kv_pairs(gpu: bool, all_quants: bool) -> list[tuple[str, str]]:
+    """The (type_k, type_v) pairs flash attention has kernels for in this build: on a GPU build without
+    ``GGML_CUDA_FA_ALL_QUANTS`` only a K and V of the same type; the CPU's kernels take every pair."""
+    return [(k, v) for k, v in KV_PAIRS if not gpu or all_quants or k == v]
+
+
+def build_hints(gpu: bool, all_quants: bool) -> list[str]:
+    """Settings the search leaves out because this build has no kernel for them, with the flag that builds one."""
+    missing = [pair for pair in KV_PAIRS if pair not in fa_kv_pairs(gpu, all_quants)]
+    if not missing:
+        return []
+    pairs = ", ".join(f"type_k={k} type_v={v}" for k, v in missing)
+    return [f"{pairs} with flash attention: this build has no flash-attention kernel for it (attention would run on "
+            f"the CPU), so it was not tried; -D{FA_ALL_QUANTS}=ON builds every K/V type pair (more CUDA objects, a "
+            "longer build) and lets it be tried"]
+
+
 def alternatives(dimension: str, current: BenchSettings, *, gpu: bool, layers_on_cpu: bool,
-                 cores: int) -> list[tuple[str, BenchSettings]]:
+                 cores: int, fa_all_quants: bool = False) -> list[tuple[str, BenchSettings]]:
     """The settings to try for one dimension, each with a label; ``current`` itself is left out."""
     options: list[tuple[str, BenchSettings]] = []
     if dimension == "flash_attn":
@@ -103,9 +154,10 @@ def alternatives(dimension: str, current: BenchSettings, *, gpu: bool, layers_on
     elif dimension == "batch":
         options = [(f"n_batch={b} n_ubatch={u}", current.replace(n_batch=b, n_ubatch=u)) for b, u in BATCHES]
     elif dimension == "kv_cache":
-        pairs = [("f16", "f16"), ("q8_0", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")]
-        options = [(f"type_k={k} type_v={v}", current.replace(type_k=k, type_v=v)) for k, v in pairs
-                   if v == "f16" or current.flash_attn == "on"]  # QUANTIZED_V_NEEDS_FLASH_ATTN
+        # a quantized V needs flash attention (QUANTIZED_V_NEEDS_FLASH_ATTN); with it, only pairs with a kernel
+        pairs = fa_kv_pairs(gpu, fa_all_quants) if current.flash_attn == "on" else [
+            (k, v) for k, v in KV_PAIRS if v == "f16"]
+        options = [(f"type_k={k} type_v={v}", current.replace(type_k=k, type_v=v)) for k, v in pairs]
     elif dimension == "offload_kqv" and gpu:
         options = [(f"offload_kqv={v}", current.replace(offload_kqv=v)) for v in (True, False)]
     elif dimension == "threads" and layers_on_cpu:
@@ -120,9 +172,11 @@ def alternatives(dimension: str, current: BenchSettings, *, gpu: bool, layers_on
     return [(label, settings) for label, settings in options if settings != current]
 
 
-# In the order the search tries them: those that gained most on the GPU machines first, so a search that its
-# time budget stops has tried them.
-DIMENSIONS = ("flash_attn", "poll", "threads", "batch", "cuda_graphs", "kv_cache", "offload_kqv")
+# In the order the search tries them: those that moved throughput most on the GPU machines first, so a search that
+# its time budget stops has tried them. At full offload: flash attention, the KV-cache types its kernels take, the
+# batch sizes for prompts. With layers on the CPU the thread pool's polling came right after flash attention.
+DIMENSIONS = ("flash_attn", "kv_cache", "batch", "cuda_graphs", "offload_kqv", "poll", "threads")
+DIMENSIONS_WITH_LAYERS_ON_CPU = ("flash_attn", "poll", "kv_cache", "batch", "threads", "cuda_graphs", "offload_kqv")
 # The CPU thread pool: none (Llama()'s per-graph pool), no polling, llama-bench's default polling.
 POLLS = (None, 0, 50)
 
@@ -133,13 +187,15 @@ class Budget:
     takes many times one at full offload), and each search stops while there is still time to measure what it
     found: side by side (one alternating round under a budget, two without) and llama-bench's runs where built."""
 
-    LLAMA_BENCH_TRIALS = 2
+    LLAMA_BENCH_TRIALS = 3  # the defaults and each workload's settings
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic, with_llama_bench: bool = True):
         self.seconds, self.clock = seconds, clock
         self.started = clock()
         self.side_by_side_rounds = 1 if seconds else 2
-        self.trials_after_search = 2 * self.side_by_side_rounds + (self.LLAMA_BENCH_TRIALS if with_llama_bench else 0)
+        # each workload's settings beside the defaults, and llama-bench with all three
+        self.trials_after_search = (2 * len(WORKLOADS) * self.side_by_side_rounds
+                                    + (self.LLAMA_BENCH_TRIALS if with_llama_bench else 0))
 
     def elapsed(self) -> float:
         return self.clock() - self.started
@@ -156,44 +212,84 @@ class Budget:
         return deadline is None or self.clock() + trial_s * (1 + self.trials_after_search) <= deadline
 
 
-def score(trial: TuneTrial, reference: TuneTrial) -> float | None:
-    """Geometric mean, over every depth and both tests, of the trial's rate over the reference's."""
+def score(trial: TuneTrial, reference: TuneTrial, tests: tuple[str, ...] = TESTS) -> float | None:
+    """Geometric mean, over every depth and ``tests``, of the trial's rate over the reference's."""
     if trial.status != "ok" or reference.status != "ok":
         return None
-    ratios = [trial.rates[d][t] / reference.rates[d][t] for d in reference.rates for t in TESTS
-              if reference.rates[d].get(t) and trial.rates.get(d, {}).get(t)]
-    if not ratios or len(ratios) < sum(len(r) for r in reference.rates.values()):
+    ratios = _ratios(trial, reference, tests)
+    if not ratios or len(ratios) < sum(1 for r in reference.rates.values() for t in tests if t in r):
         return None
     return math.exp(statistics.fmean(math.log(r) for r in ratios))
 
 
+def slowest(trial: TuneTrial, reference: TuneTrial, test: str) -> float | None:
+    """The trial's lowest rate over the reference's, over the depths, in one test."""
+    ratios = _ratios(trial, reference, (test,)) if trial.status == "ok" and reference.status == "ok" else []
+    return min(ratios, default=None)
+
+
+def _ratios(trial: TuneTrial, reference: TuneTrial, tests: tuple[str, ...]) -> list[float]:
+    return [trial.rates[d][t] / reference.rates[d][t] for d in reference.rates for t in tests
+            if reference.rates[d].get(t) and trial.rates.get(d, {}).get(t)]
+
+
+@dataclass
+class SearchOutcome:
+    best: dict[str, BenchSettings]
+    """The best settings found per workload ("pp", "tg"); the defaults where nothing beat them."""
+    trials: list[TuneTrial]
+    """Every trial, the defaults' first."""
+    stopped: str = ""
+    """Why the search ended before every candidate was tried ("" when it tried them all)."""
+
+
 def search(defaults: BenchSettings, n_gpu_layers: int, measure: Measure, *, gpu: bool, layers_on_cpu: bool,
-           cores: int, dimensions: tuple[str, ...] = DIMENSIONS, budget: Budget | None = None,
+           cores: int, dimensions: tuple[str, ...] | None = None, budget: Budget | None = None,
            deadline: float | None = None, measured_defaults: tuple[TuneTrial, float] | None = None,
-           ) -> tuple[BenchSettings, list[TuneTrial], str]:
-    """Coordinate descent from ``defaults``; returns the best settings, every trial (the defaults' first), and why
-    the search stopped early ("" when it tried every candidate). ``measured_defaults``: the defaults' trial and
-    its seconds, when already measured."""
+           fa_all_quants: bool = False) -> SearchOutcome:
+    """Coordinate descent from ``defaults``, one path per workload sharing the trials they have in common: a
+    candidate is kept for a workload when its score on that workload's test beats the best so far by
+    :data:`MIN_GAIN` and it is slower than the defaults at no depth there. ``measured_defaults``: the defaults'
+    trial and its seconds, when already measured."""
     budget = budget or Budget(0)
+    dimensions = dimensions or (DIMENSIONS_WITH_LAYERS_ON_CPU if layers_on_cpu else DIMENSIONS)
     reference, slowest_trial_s = measured_defaults or measure_defaults(defaults, n_gpu_layers, measure, budget)
-    trials = [reference]
+    outcome = SearchOutcome({w: defaults for w in WORKLOADS}, [reference])
     if reference.status != "ok":
-        return defaults, trials, ""
-    best, best_score = defaults, 1.0
+        return outcome
+    best_scores = {w: 1.0 for w in WORKLOADS}
+    measured: dict[BenchSettings, TuneTrial] = {defaults: reference}
     for number, dimension in enumerate(dimensions):
-        for label, candidate in alternatives(dimension, best, gpu=gpu, layers_on_cpu=layers_on_cpu, cores=cores):
-            if not budget.allows(deadline, slowest_trial_s):
-                untried = ", ".join(dimensions[number:])
-                return best, trials, (f"verify.tune_budget_s ({budget.seconds:.0f} s) stopped the search after "
-                                      f"{len(trials)} trials ({budget.elapsed():.0f} s); not tried: {untried}")
-            trial_started = budget.clock()
-            trial = measure(candidate, n_gpu_layers, label)
-            slowest_trial_s = max(slowest_trial_s, budget.clock() - trial_started)
-            trial.score = score(trial, reference)
-            trials.append(trial)
-            if trial.score is not None and trial.score > best_score * (1 + MIN_GAIN):
-                best, best_score = candidate, trial.score
-    return best, trials, ""
+        # each workload's candidates come from its own best at the start of the dimension
+        offered = {w: alternatives(dimension, outcome.best[w], gpu=gpu, layers_on_cpu=layers_on_cpu, cores=cores,
+                                   fa_all_quants=fa_all_quants) for w in WORKLOADS}
+        candidates = list(dict.fromkeys((label, c) for options in offered.values() for label, c in options))
+        labels = [label for label, _ in candidates]
+        # where the workloads' paths have parted, one label names two candidates: say whose best each starts from
+        candidates = [(label if labels.count(label) == 1 else
+                       f"{label} (on the {next(w for w, o in offered.items() if (label, c) in o)} best)", c)
+                      for label, c in candidates]
+        for label, candidate in candidates:
+            if candidate not in measured:
+                if not budget.allows(deadline, slowest_trial_s):
+                    outcome.stopped = (f"verify.tune_budget_s ({budget.seconds:.0f} s) stopped the search after "
+                                       f"{len(outcome.trials)} trials ({budget.elapsed():.0f} s); not tried: "
+                                       + ", ".join(dimensions[number:]))
+                    return outcome
+                trial_started = budget.clock()
+                trial = measure(candidate, n_gpu_layers, label)
+                slowest_trial_s = max(slowest_trial_s, budget.clock() - trial_started)
+                trial.score = score(trial, reference)
+                trial.workload_scores = {w: score(trial, reference, (w,)) for w in WORKLOADS}
+                outcome.trials.append(trial)
+                measured[candidate] = trial
+            trial = measured[candidate]
+            for workload, options in offered.items():
+                gain, floor = trial.workload_scores.get(workload), slowest(trial, reference, workload)
+                if (any(c == candidate for _, c in options) and gain is not None and floor is not None
+                        and gain > best_scores[workload] * (1 + MIN_GAIN) and floor >= 1.0):
+                    outcome.best[workload], best_scores[workload] = candidate, gain
+    return outcome
 
 
 def measure_defaults(defaults: BenchSettings, n_gpu_layers: int, measure: Measure,
@@ -285,7 +381,9 @@ def layers_within(budget_mib: int, n_layer: int, measured_mib: dict[int, float |
 def tune(model_path: str, n_layer: int, gpu_offload: bool, threads: int, cores: int, depths: list[int], n_prompt: int,
          n_gen: int, repetitions: int, measure: Measure, budget_mib: int = 0,
          measured_mib: dict[int, float | None] | None = None, bench: Bench | None = None,
-         log: Callable[[str], None] = print, model_bytes: int = 0, budget: Budget | None = None) -> TuneResult:
+         log: Callable[[str], None] = print, model_bytes: int = 0, budget: Budget | None = None,
+         fa_all_quants: bool = False) -> TuneResult:
+    """``fa_all_quants``: the build compiled every flash-attention K/V type pair (-DGGML_CUDA_FA_ALL_QUANTS=ON)."""
     result = TuneResult(list(depths), n_prompt, n_gen, repetitions, model_path)
     budget = budget or Budget(0)
     targets = offload_targets(n_layer, gpu_offload, budget_mib, measured_mib or {}, model_bytes)
@@ -297,39 +395,76 @@ def tune(model_path: str, n_layer: int, gpu_offload: bool, threads: int, cores: 
         log(f"tuning {number + 1} of {len(targets)} at n_gpu_layers={ngl} ({why})"
             + (f"; {budget.elapsed():.0f} of {budget.seconds:.0f} s used" if budget.seconds else ""))
         deadline = budget.target_deadline([seconds for _, seconds in references[number:]])
-        best, trials, stopped = search(defaults, ngl, measure, gpu=gpu_offload and ngl > 0,
-                                       layers_on_cpu=ngl <= n_layer, cores=cores, budget=budget, deadline=deadline,
-                                       measured_defaults=reference)
-        target = TuneTarget(ngl, why, defaults, best, trials, stopped=stopped)
-        if stopped:
-            log(f"  {stopped}")
-        if trials[0].status != "ok":
-            target.error = f"the defaults' trial ended {trials[0].status}: see {trials[0].log_file}"
+        gpu = gpu_offload and ngl > 0
+        found = search(defaults, ngl, measure, gpu=gpu, layers_on_cpu=ngl <= n_layer, cores=cores, budget=budget,
+                       deadline=deadline, measured_defaults=reference, fa_all_quants=fa_all_quants)
+        target = TuneTarget(ngl, why, defaults, defaults, found.trials, stopped=found.stopped,
+                            build_hints=build_hints(gpu, fa_all_quants))
+        if found.stopped:
+            log(f"  {found.stopped}")
+        if found.trials[0].status != "ok":
+            target.error = f"the defaults' trial ended {found.trials[0].status}: see {found.trials[0].log_file}"
         else:
-            target.gains = side_by_side(defaults, best, ngl, measure, budget.side_by_side_rounds)
+            confirmed = {settings: side_by_side(defaults, settings, ngl, measure, budget.side_by_side_rounds)
+                         for settings in dict.fromkeys(found.best.values()) if settings != defaults}
+            target.recommendations = [recommend(w, found.best[w], defaults, confirmed.get(found.best[w], []), ngl)
+                                      for w in WORKLOADS]
+            generation = target.recommendations[-1]
+            target.best = generation.settings
+            target.gains = confirmed.get(found.best["tg"], []) if generation.settings != defaults else []
             if bench is not None:
                 _add_llama_bench(target, bench, depths, log)
-        target.llama_kwargs = best.llama_kwargs(ngl)
-        target.env = dict(best.env)
-        target.threadpool_lines = threadpool_lines(best)
-        for row in target.gains:
-            log(f"  depth {row.depth} {row.test}: {row.defaults:.1f} -> {row.tuned:.1f} t/s ({row.gain:.3f}x)")
+        target.llama_kwargs = target.best.llama_kwargs(ngl)
+        target.env = dict(target.best.env)
+        target.threadpool_lines = threadpool_lines(target.best)
+        for recommendation in target.recommendations:
+            log(f"  {recommendation.workload}: " + (recommendation.kept_defaults or ", ".join(
+                f"depth {r.depth} {r.defaults:.1f} -> {r.tuned:.1f} t/s ({r.gain:.3f}x)" for r in recommendation.gains)))
         result.targets.append(target)
     return result
 
 
+def recommend(workload: str, found: BenchSettings, defaults: BenchSettings, rows: list[GainRow],
+              n_gpu_layers: int) -> Recommendation:
+    """The search's best for ``workload`` where the side-by-side measurement confirms it is no slower than the
+    defaults at any depth on the workload's own test; else the defaults, with why."""
+    own = [row for row in rows if row.test == workload]
+    if found == defaults:
+        recommendation = Recommendation(workload, defaults, kept_defaults=(
+            f"keep the defaults: no setting was faster in {workload} at every depth"))
+    elif not own or (slower := [row for row in own if row.gain < 1.0]):
+        worst = min(own, key=lambda row: row.gain) if own else None
+        changed = ", ".join(f"{k}={a}" for k, (a, _) in differences(found, defaults).items())
+        recommendation = Recommendation(workload, defaults, own, kept_defaults=(
+            f"keep the defaults: {changed} measured again beside them was slower in {workload} at depth "
+            f"{worst.depth} ({worst.gain:.3f}×)" if worst else f"keep the defaults: {changed} could not be measured "
+            "again beside them"))
+    else:
+        recommendation = Recommendation(workload, found, own)
+    recommendation.llama_kwargs = recommendation.settings.llama_kwargs(n_gpu_layers)
+    recommendation.env = dict(recommendation.settings.env)
+    return recommendation
+
+
 def _add_llama_bench(target: TuneTarget, bench: Bench, depths: list[int], log: Callable[[str], None]) -> None:
+    """llama-bench with the defaults and with each recommended setting, beside the binding's side-by-side rows."""
+    tuned = [r for r in target.recommendations if r.settings != target.defaults]
     try:
-        runs = {name: bench(settings, target.n_gpu_layers, depths)
-                for name, settings in (("defaults", target.defaults), ("tuned", target.best))}
+        runs = {settings: bench(settings, target.n_gpu_layers, depths)
+                for settings in dict.fromkeys([target.defaults, *(r.settings for r in tuned)])}
     except Exception as error:  # llama-bench is a yardstick: the binding's own numbers stand without it
         log(f"  llama-bench with the same settings failed: {type(error).__name__}: {error}")
         return
+
+    def rate(settings: BenchSettings, row: GainRow) -> float | None:
+        return next((p.tokens_per_s for p in runs[settings]
+                     if p.test == row.test and p.depth == row.depth and p.n_gpu_layers == target.n_gpu_layers), None)
+
+    for recommendation in tuned:
+        for row in recommendation.gains:
+            row.bench_defaults, row.bench_tuned = rate(target.defaults, row), rate(recommendation.settings, row)
     for row in target.gains:
-        for name, points in runs.items():
-            rate = next((p.tokens_per_s for p in points
-                         if p.test == row.test and p.depth == row.depth and p.n_gpu_layers == target.n_gpu_layers), None)
-            setattr(row, f"bench_{name}", rate)
+        row.bench_defaults, row.bench_tuned = rate(target.defaults, row), rate(target.best, row)
 
 
 def trial_from_child(label: str, n_gpu_layers: int, settings: BenchSettings, status: str,
@@ -349,9 +484,11 @@ def report_markdown(result: TuneResult, goal_depth: int = 4096, goal_gain: float
     lines = [f"# Runtime tuning of {result.model_path}", "",
              f"pp{result.n_prompt} and tg{result.n_gen}, {result.repetitions} repetitions, at depths "
              f"{', '.join(map(str, result.depths))} (tokens already in the KV cache, llama-bench's -d). The search "
-             "starts from what `Llama(model_path, n_gpu_layers=N)` runs with and changes one setting at a time "
-             f"(kept when the geometric mean of pp and tg over the depths gains more than {MIN_GAIN:.0%}); the gain is "
-             "measured afterwards, defaults and tuned settings alternately, in the same run.", ""]
+             "starts from what `Llama(model_path, n_gpu_layers=N)` runs with and changes one setting at a time, for "
+             "each workload: prompt-heavy (pp) and generation-heavy (tg). A change is kept for a workload when its "
+             f"geometric mean over the depths gains more than {MIN_GAIN:.0%} there and it is slower than the "
+             "defaults at no depth; the gain is measured afterwards, defaults and tuned settings alternately, in the "
+             "same run, and a setting slower there on its own metric is not recommended.", ""]
     for target in result.targets:
         lines += [f"## n_gpu_layers={target.n_gpu_layers}: {target.why}", ""]
         if target.error:
@@ -360,42 +497,62 @@ def report_markdown(result: TuneResult, goal_depth: int = 4096, goal_gain: float
         if target.stopped:
             lines += [f"The search did not finish: {target.stopped}. The gains below are measured for what it "
                       "had found.", ""]
-        changed = differences(target.best, target.defaults)
-        lines += ["Changed from the defaults: " + (", ".join(f"{k} {b} → {a}" for k, (a, b) in changed.items())
-                                                   or "nothing beat the defaults"), ""]
+        for recommendation in target.recommendations:
+            lines += _recommendation_lines(result, target, recommendation, goal_depth, goal_gain)
+        lines += _cpu_costs(target, result.depths)
+        for hint in target.build_hints:
+            lines += [f"Build: {hint}.", ""]
+        lines += ["Every trial (score: all tests; pp, tg: that workload's geometric mean over the depths):", "",
+                  "| trial | status | score | pp | tg | " + " | ".join(
+                      f"d{d} {t}" for d in result.depths for t in TESTS) + " |",
+                  "|---|---|---:|---:|---:|" + "---:|" * (2 * len(result.depths))]
+        for trial in target.trials:
+            rates = " | ".join(f"{trial.rates.get(str(d), {}).get(t, 0):.1f}" for d in result.depths for t in TESTS)
+            scores = " | ".join(_score(trial.workload_scores.get(w)) for w in WORKLOADS)
+            lines.append(f"| {trial.label} | {trial.status} | {_score(trial.score)} | {scores} | {rates} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _recommendation_lines(result: TuneResult, target: TuneTarget, recommendation: Recommendation, goal_depth: int,
+                          goal_gain: float) -> list[str]:
+    workload = recommendation.workload
+    lines = [f"### {WORKLOADS[workload]}: {workload}", ""]
+    changed = differences(recommendation.settings, target.defaults)
+    lines += ["Changed from the defaults: " + (", ".join(f"{k} {b} → {a}" for k, (a, b) in changed.items())
+                                               or recommendation.kept_defaults), ""]
+    if recommendation.gains:
         lines += ["| depth | test | defaults t/s | tuned t/s | gain | llama-bench defaults | llama-bench tuned | "
                   "llama-bench gain |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
-        for row in target.gains:
+        for row in recommendation.gains:
             lines.append(f"| {row.depth} | {row.test} | {row.defaults:.1f} | {row.tuned:.1f} | {row.gain:.3f}× | "
                          f"{_rate(row.bench_defaults)} | {_rate(row.bench_tuned)} | "
                          f"{f'{row.bench_gain:.3f}×' if row.bench_gain else '–'} |")
-        goal = [row.gain for row in target.gains if row.depth == goal_depth]
-        if goal:
-            met = max(goal) >= goal_gain
-            lines += ["", f"Goal {goal_gain:.2f}× at depth {goal_depth} in pp or tg: "
-                      f"{'met' if met else 'not met'} (best {max(goal):.3f}×)."]
-        kwargs = ", ".join(f"{name}={value}" for name, value in target.llama_kwargs.items())
-        lines += ["", "Ready to paste:", "", "```python", "import llama_cpp",
-                  f"llm = llama_cpp.Llama(model_path={result.model_path!r}, {kwargs})",
-                  *(["# Llama() has no argument for the CPU thread pool the tune chose; llama.cpp's API attaches it:"]
-                    + target.threadpool_lines if target.threadpool_lines else []), "```", ""]
-        lines += _cpu_costs(target, result.depths)
-        if target.env:
-            lines += ["Environment (before the process imports llama_cpp):", "", "```bash",
-                      *(f"export {name}={value}" for name, value in target.env.items()), "```", ""]
-        else:
-            lines += ["Environment: nothing to set.", ""]
-        if any(t in (target.best.type_k, target.best.type_v) for t in ("q8_0", "q4_0")):
-            lines += ["The tuned KV cache is quantized: the logits change slightly; check your task's quality.", ""]
-        lines += ["Every trial:", "", "| trial | status | score | " + " | ".join(
-            f"d{d} {t}" for d in result.depths for t in TESTS) + " |",
-            "|---|---|---:|" + "---:|" * (2 * len(result.depths))]
-        for trial in target.trials:
-            rates = " | ".join(f"{trial.rates.get(str(d), {}).get(t, 0):.1f}" for d in result.depths for t in TESTS)
-            lines.append(f"| {trial.label} | {trial.status} | "
-                         f"{f'{trial.score:.3f}' if trial.score is not None else '–'} | {rates} |")
         lines.append("")
-    return "\n".join(lines)
+    if recommendation.kept_defaults:
+        return lines
+    goal = [row.gain for row in recommendation.gains if row.depth == goal_depth]
+    if goal:
+        lines += [f"Goal {goal_gain:.2f}× at depth {goal_depth} in {workload}: "
+                  f"{'met' if max(goal) >= goal_gain else 'not met'} ({max(goal):.3f}×).", ""]
+    kwargs = ", ".join(f"{name}={value}" for name, value in recommendation.llama_kwargs.items())
+    pool = threadpool_lines(recommendation.settings)
+    lines += ["Ready to paste:", "", "```python", "import llama_cpp",
+              f"llm = llama_cpp.Llama(model_path={result.model_path!r}, {kwargs})",
+              *(["# Llama() has no argument for the CPU thread pool the tune chose; llama.cpp's API attaches it:"]
+                + pool if pool else []), "```", ""]
+    if recommendation.env:
+        lines += ["Environment (before the process imports llama_cpp):", "", "```bash",
+                  *(f"export {name}={value}" for name, value in recommendation.env.items()), "```", ""]
+    else:
+        lines += ["Environment: nothing to set.", ""]
+    if any(t in (recommendation.settings.type_k, recommendation.settings.type_v) for t in ("q8_0", "q4_0")):
+        lines += ["The tuned KV cache is quantized: the logits change slightly; check your task's quality.", ""]
+    return lines
+
+
+def _score(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "–"
 
 
 def _cpu_costs(target: TuneTarget, depths: list[int]) -> list[str]:

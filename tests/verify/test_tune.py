@@ -10,6 +10,7 @@ from playbook.verify.tune import (
     Budget,
     TuneTrial,
     alternatives,
+    build_hints,
     layers_within,
     offload_targets,
     report_markdown,
@@ -37,17 +38,81 @@ def synthetic_speed(settings: BenchSettings, ngl: int, label: str) -> TuneTrial:
     return TuneTrial(label, ngl, settings, "ok", rates)
 
 
-def test_the_search_keeps_what_is_faster():
+def test_the_search_keeps_what_is_faster_for_each_workload():
     defaults = llama_class_defaults(8)
-    best, trials, stopped = search(defaults, 33, synthetic_speed, gpu=True, layers_on_cpu=False, cores=8)
-    assert not stopped
+    found = search(defaults, 33, synthetic_speed, gpu=True, layers_on_cpu=False, cores=8)
+    assert not found.stopped
+    trials = found.trials
     assert trials[0].label == "defaults (Llama())" and trials[0].score == 1.0
-    assert best.flash_attn == "on" and best.n_ubatch == 1024 and best.n_batch == 2048
-    assert best.env == () and best.threads == 8  # graphs stay on; threads are not searched at full offload
-    assert best.type_k == "f16"  # q8_0 was tried (flash attention on by then) and gained nothing
+    prompts, generation = found.best["pp"], found.best["tg"]
+    assert prompts.flash_attn == "on" and (prompts.n_batch, prompts.n_ubatch) == (2048, 1024)  # the micro-batch
+    assert generation.flash_attn == "on" and generation.n_ubatch == 512  # helps prompts only: not kept for tg
+    assert generation.env == () and generation.threads == 8  # graphs stay on; threads not searched at full offload
+    assert generation.type_k == "f16"  # q8_0 was tried (flash attention on by then) and gained nothing
     labels = [t.label for t in trials]
-    assert "type_k=q8_0 type_v=q8_0" in labels and "CUDA graphs off" in labels
+    assert "type_k=q8_0 type_v=q8_0" in labels  # before the paths parted: one trial serves both workloads
+    # after the batch sizes the two bests differ: each gets its own CUDA graphs trial, named by whose best it is
+    assert {"CUDA graphs off (on the pp best)", "CUDA graphs off (on the tg best)"} <= set(labels)
+    assert len(labels) == len(set(labels))
     assert not any(label.startswith(("threads=", "thread pool")) for label in labels)
+
+
+def flash_attention_slows_generation_at_depth(settings: BenchSettings, ngl: int, label: str) -> TuneTrial:
+    """The H100's 24-layer tune (outputs/reference/20261125T160940Z-vm): flash attention speeds prompts 1.46x at
+    both depths and generation 1.11x at depth 0, but generation at depth 4096 falls to 0.82x."""
+    rates = {}
+    for depth in DEPTHS:
+        pp, tg = 1400.0, 40.0
+        if settings.flash_attn == "on":
+            pp, tg = pp * 1.46, tg * (1.11 if depth == "0" else 0.82)
+        rates[depth] = {"pp": pp, "tg": tg}
+    return TuneTrial(label, ngl, settings, "ok", rates)
+
+
+def test_a_setting_slower_on_a_metric_at_any_depth_is_never_recommended_for_it():
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, flash_attention_slows_generation_at_depth,
+                  log=lambda line: None)
+    (target,) = result.targets
+    prompts, generation = target.recommendations
+    assert prompts.workload == "pp" and prompts.settings.flash_attn == "on" and not prompts.kept_defaults
+    assert [round(r.gain, 2) for r in prompts.gains] == [1.46, 1.46] and {r.test for r in prompts.gains} == {"pp"}
+    assert generation.workload == "tg" and generation.settings == target.defaults
+    assert generation.kept_defaults.startswith("keep the defaults: no setting was faster in tg at every depth")
+    assert target.best == target.defaults and target.llama_kwargs["flash_attn"] == "False"
+    assert result.best_gain(4096) == 1.46  # the recommended metric only: tg's 0.82 is no recommendation
+    text = report_markdown(result)
+    assert "### generation-heavy (chat, long answers): tg" in text and "Goal 1.10× at depth 4096 in pp: met" in text
+    assert "in tg: met" not in text
+
+
+def test_a_gain_the_side_by_side_does_not_confirm_keeps_the_defaults():
+    def noisy(settings, ngl, label):
+        trial = synthetic_speed(settings, ngl, label)
+        if label.endswith(": tuned"):  # measured again, the tuned settings lose in generation at depth
+            trial.rates["4096"]["tg"] *= 0.8
+        return trial
+
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, noisy, log=lambda line: None)
+    prompts, generation = result.targets[0].recommendations
+    assert not prompts.kept_defaults  # pp was confirmed
+    assert generation.settings == result.targets[0].defaults
+    assert "measured again beside them was slower in tg at depth 4096 (0.920×)" in generation.kept_defaults
+
+
+def test_kv_cache_pairs_follow_the_flash_attention_kernels_the_build_has():
+    fa_on = llama_class_defaults(8).replace(flash_attn="on")
+    default_build = [label for label, _ in alternatives("kv_cache", fa_on, gpu=True, layers_on_cpu=False, cores=8)]
+    assert default_build == ["type_k=q8_0 type_v=q8_0", "type_k=q4_0 type_v=q4_0"]  # no q8_0/f16 kernel
+    all_quants = [label for label, _ in alternatives("kv_cache", fa_on, gpu=True, layers_on_cpu=False, cores=8,
+                                                     fa_all_quants=True)]
+    assert "type_k=q8_0 type_v=f16" in all_quants
+    on_the_cpu = [label for label, _ in alternatives("kv_cache", fa_on, gpu=False, layers_on_cpu=True, cores=8)]
+    assert "type_k=q8_0 type_v=f16" in on_the_cpu  # the CPU's kernels take every pair
+    (hint,) = build_hints(gpu=True, all_quants=False)
+    assert "type_k=q8_0 type_v=f16" in hint and "-DGGML_CUDA_FA_ALL_QUANTS=ON" in hint
+    assert build_hints(gpu=True, all_quants=True) == [] and build_hints(gpu=False, all_quants=False) == []
+    result = tune("/models/m.gguf", 32, True, 8, 16, [0], 512, 128, 3, synthetic_speed, log=lambda line: None)
+    assert "Build: type_k=q8_0 type_v=f16 with flash attention" in report_markdown(result)
 
 
 class FakeClock:
@@ -67,16 +132,17 @@ class FakeClock:
 def test_the_time_budget_stops_the_search_in_time_to_measure_what_it_found():
     clock = FakeClock(trial_s=10.0)
     budget = Budget(120, clock)
-    best, trials, stopped = search(llama_class_defaults(8), 33, clock.measure, gpu=True, layers_on_cpu=True, cores=8,
-                                   budget=budget, deadline=budget.target_deadline([10.0]))
-    # 120 s: the defaults' trial, then candidates while one more and the four trials after the search (one side
-    # by side round, llama-bench's two runs) still fit
-    assert len(trials) == 8 and clock.now == 80.0  # and 4 trials x 10 s after it: 120 s
-    assert "verify.tune_budget_s (120 s) stopped the search after 8 trials" in stopped and "not tried:" in stopped
-    assert best.flash_attn == "on"  # the first dimension was tried
-    _, all_trials, not_stopped = search(llama_class_defaults(8), 33, FakeClock(10.0).measure, gpu=True,
-                                        layers_on_cpu=True, cores=8)
-    assert not not_stopped and len(all_trials) > len(trials)
+    found = search(llama_class_defaults(8), 33, clock.measure, gpu=True, layers_on_cpu=True, cores=8,
+                   budget=budget, deadline=budget.target_deadline([10.0]))
+    # 120 s: the defaults' trial, then candidates while one more and the seven trials after the search (each
+    # workload's settings beside the defaults, one round; llama-bench with the three) still fit: 10 + 4 x 10 s
+    assert budget.trials_after_search == 7
+    assert len(found.trials) == 5 and clock.now == 50.0
+    assert "verify.tune_budget_s (120 s) stopped the search after 5 trials" in found.stopped
+    assert "not tried:" in found.stopped
+    assert found.best["tg"].flash_attn == "on"  # the first dimension was tried
+    unbounded = search(llama_class_defaults(8), 33, FakeClock(10.0).measure, gpu=True, layers_on_cpu=True, cores=8)
+    assert not unbounded.stopped and len(unbounded.trials) > len(found.trials)
 
 
 class SlowOnTheCpu(FakeClock):
@@ -92,8 +158,11 @@ def test_the_budget_goes_where_trials_are_slow():
     result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, clock.measure, 2000,
                   {0: 200.0, 13: 1600.0, 33: 4000.0}, log=lambda line: None, budget=Budget(600, clock))
     full, partial = result.targets
-    # 550 s left after both defaults: 110 s for the 10 s trials, 440 s for the 40 s ones
-    assert len(full.trials) == 8 and len(partial.trials) == 8
+    # 550 s left after both defaults: 110 s for the 10 s trials, 440 s for the 40 s ones; each search stops while
+    # one more trial and the seven after it fit (both workloads' side by side, llama-bench's three runs). At full
+    # offload both workloads found the same settings, so one side-by-side pair ran and the partial search had 40 s more
+    assert len(full.trials) == 5 and len(partial.trials) == 6
+    assert full.recommendations[0].settings == full.recommendations[1].settings
     assert partial.trials[2].label == "thread pool poll=0"  # after flash attention, polling first where layers stay on the CPU
     assert clock.now <= 600
 
@@ -175,7 +244,7 @@ def test_the_report_gives_kwargs_environment_gain_and_llama_bench():
     assert result.best_gain(4096) >= 1.10
     text = report_markdown(result)
     assert "llm = llama_cpp.Llama(model_path='/models/m.gguf', n_gpu_layers=33, " in text
-    assert "flash_attn=True" in text and "Goal 1.10× at depth 4096 in pp or tg: met" in text
+    assert "flash_attn=True" in text and "Goal 1.10× at depth 4096 in tg: met (1.150×)" in text
     assert "| 4096 | tg | 115.0 |" not in text  # defaults first: 100.0, tuned 115.0
     assert "| 4096 | tg | 100.0 | 115.0 | 1.150× | 90.0 | 108.0 | 1.200× |" in text
     assert "## n_gpu_layers=16: partial offload: the most layers within verify.gpu_memory_budget" in text
@@ -198,8 +267,11 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
     (target,) = result.tune.targets
     assert target.n_gpu_layers == 0 and not target.error
     assert all(t.status == "ok" for t in target.trials), [(t.label, t.status) for t in target.trials]
-    assert {t.label for t in target.trials} >= {"defaults (Llama())", "flash_attn=on", "threads=1"}
-    assert {(r.depth, r.test) for r in target.gains} == {(0, "pp"), (0, "tg"), (32, "pp"), (32, "tg")}
+    assert {t.label.split(" (on the")[0] for t in target.trials} >= {"defaults (Llama())", "flash_attn=on", "threads=1"}
+    for recommendation in target.recommendations:  # confirmed at every depth on its own test, or the defaults kept
+        assert recommendation.kept_defaults or {(r.depth, r.test) for r in recommendation.gains} == {
+            (0, recommendation.workload), (32, recommendation.workload)}
+    assert [r.workload for r in target.recommendations] == ["pp", "tg"]
     report = layout.tune_report(1).read_text()
     assert "## n_gpu_layers=0: no GPU offload" in report and "llm = llama_cpp.Llama(" in report
     saved = json.loads(layout.tune_result(1).read_text())

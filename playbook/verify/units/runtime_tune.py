@@ -12,7 +12,15 @@ from playbook.verify.measurement import Measured, VerifyContext
 from playbook.verify.result import VerifyResult
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import default_threads
-from playbook.verify.tune import Budget, TuneResult, TuneTrial, report_markdown, trial_from_child, tune
+from playbook.verify.tune import (
+    FA_ALL_QUANTS,
+    Budget,
+    TuneResult,
+    TuneTrial,
+    report_markdown,
+    trial_from_child,
+    tune,
+)
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.llama_bench import LLAMA_BENCH
 from playbook.verify.units.model_file import MODEL_FILE
@@ -65,7 +73,8 @@ class RuntimeTune:
                      default_threads(), depths, verify.prompt_tokens, verify.gen_tokens, verify.repetitions, measure,
                      verify.gpu_memory_budget, {p.n_gpu_layers: p.gpu_memory_mib for p in sweep.measured}, bench,
                      ctx.log, int(model.description.get("file_size_bytes") or 0),
-                     Budget(verify.tune_budget_s, with_llama_bench=bench is not None))
+                     Budget(verify.tune_budget_s, with_llama_bench=bench is not None),
+                     fa_all_quants=f"-D{FA_ALL_QUANTS}=ON" in (a.upper() for a in ctx.target.cmake_args))
         report = layout.tune_report(attempt)
         report.write_text(report_markdown(tuned), encoding="utf-8")
         tuned.report_file = report.name
