@@ -16,10 +16,14 @@ def playbook(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "playbook", *args], capture_output=True, text=True)
 
 
-def test_help_explains_each_command():
+def test_help_explains_each_command_once():
+    """Issue 34: the description listed the commands and argparse listed them again."""
+    from playbook.interfaces.cli import COMMANDS
+
     out = playbook("--help").stdout
-    for command in ("run", "plan", "detect", "diagnose"):
-        assert f"\n  {command}" in out
+    first_words = [line.split()[0] for line in out.splitlines() if line.strip()]
+    for command in COMMANDS:
+        assert first_words.count(command) == 1, out
 
 
 def test_plan_prints_decisions_with_reasons():
