@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=f"exit status: {int(ExitCode.FOUND)} a known failure was named; {int(ExitCode.UNRECOGNISED)} the text "
                f"plainly failed and no known failure matches (unrecognised-failure); {int(ExitCode.OK)} no failure "
                f"found; {int(ExitCode.NOT_A_LOG)} the file is binary, not a log; {int(ExitCode.BAD_INPUT)} it cannot "
-               "be read")
+               "be read, or it is empty")
     diagnose.add_argument("path", type=Path, help="a build log, traceback, runtime output or pasted issue body "
                                                   "(Markdown quotes and fences are read through)")
     diagnose.add_argument("--json", action="store_true", help="print a JSON list of findings")
@@ -198,9 +198,14 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    from playbook.knowledge.failures import UNRECOGNISED, diagnose_file
+    from playbook.knowledge.failures import UNRECOGNISED, diagnose_log
+    from playbook.knowledge.logtext import read_log
 
-    findings = diagnose_file(args.path, detect_failure=True)
+    log = read_log(args.path)
+    if not log.data or log.data.isspace():  # "no failure found" would say it was read and found healthy
+        raise PlaybookError(f"{args.path} is empty" + (" (blank lines only)" if log.data else "")
+                            + ": nothing to diagnose; give the file the log was saved to")
+    findings = diagnose_log(log, detect_failure=True)
     named = any(f.id != UNRECOGNISED for f in findings)
     status = ExitCode.FOUND if named else ExitCode.UNRECOGNISED if findings else ExitCode.OK
     if args.json:

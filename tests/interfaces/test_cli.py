@@ -150,3 +150,15 @@ def test_ctrl_c_prints_the_exact_resume_command(tmp_path, capsys, monkeypatch):
     assert "playbook: interrupted" in captured.err
     record = RunFolder(run_dir).record()
     assert record.outcome is Outcome.INTERRUPTED and command in record.message
+
+
+@pytest.mark.parametrize("content", ["", "\n \n\t\n"])
+def test_diagnose_an_empty_file_says_it_is_empty(tmp_path, capsys, content):
+    """Issue 34: an empty file got "no failure found", as if a healthy log had been read."""
+    empty = tmp_path / "build.log"
+    empty.write_text(content)
+    for json_flag in ([], ["--json"]):
+        assert main(["diagnose", str(empty), *json_flag]) == ExitCode.BAD_INPUT
+        captured = capsys.readouterr()
+        assert f"playbook: {empty} is empty" in captured.err and "no failure found" not in captured.out
+        assert captured.out == ""
