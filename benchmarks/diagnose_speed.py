@@ -15,6 +15,7 @@ command line calls it) and prints the seconds. Two logs:
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 import tempfile
@@ -72,5 +73,14 @@ def main(size_mb: float) -> None:
             print(f"  {name:6s} {log.stat().st_size / 1e6:6.1f} MB  {seconds:6.2f} s ({cpu:5.2f} s CPU)  {len(findings)} findings: {ids}")
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="logs: build (healthy build lines, one failure at the end), dense (failure "
+                                            "and train-log lines), unique (build with every line made distinct)")
+    parser.add_argument("size_mb", nargs="?", type=float, default=50.0, metavar="SIZE_MB",
+                        help="size of each log in MB (default: 50)")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    main(float(sys.argv[1]) if len(sys.argv) > 1 else 50.0)
+    main(parse_args().size_mb)

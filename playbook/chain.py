@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -291,13 +292,19 @@ def drive(run: RunFolder, *, force: bool = False, verbose: bool = False,
     except StepFailed as failure:
         _finish(run, Outcome.FAILED, str(failure))
     except KeyboardInterrupt:
-        _finish(run, Outcome.INTERRUPTED, "interrupted; `playbook resume` continues it", seal=False)
+        _finish(run, Outcome.INTERRUPTED, f"interrupted; `{resume_command(run)}` continues it", seal=False)
+        emit("interrupted", run)
         raise
     except BaseException as error:
         _finish(run, Outcome.FAILED, f"{type(error).__name__}: {error}")
         raise
     emit("finished", run)
     return run
+
+
+def resume_command(run: RunFolder) -> str:
+    """The command that continues ``run`` after an interrupt, as a shell takes it from any folder."""
+    return f"playbook resume {shlex.quote(str(run.path.absolute()))}"
 
 
 def conclusion(run: RunFolder) -> tuple[Outcome, str]:

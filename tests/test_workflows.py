@@ -61,3 +61,37 @@ def test_the_kubernetes_jobs_run_the_same_unit_of_work():
     assert "playbook run" in script and "--output s3://fleet-runs/batch-1" in script
     assert compare["spec"]["template"]["spec"]["containers"][0]["command"][:3] == [
         "playbook", "compare", "s3://fleet-runs/batch-1/*"]
+
+
+def kubernetes_cells(script: str) -> list[tuple[str, str]]:
+    """The (architecture, CUDA release) pairs of a cells=("86 13.0" ...) line."""
+    import re
+
+    (cells,) = re.findall(r"^\s*cells=\((.*)\)$", script, re.MULTILINE)
+    return [tuple(cell.split()) for cell in re.findall(r'"([^"]*)"', cells)]
+
+
+def test_every_cell_asks_for_a_toolkit_the_plan_accepts():
+    """Issue 34: the matrix and the Kubernetes cells asked for pypi:12.8, which the plan refuses (NVIDIA's 12.x
+    wheels hold no nvcc), so half their cells could not run."""
+    from playbook.toolkits.pypi import check_spec
+
+    matrix = yaml.safe_load(WORKFLOW.read_text())["jobs"]["cell"]["strategy"]["matrix"]
+    assert "cpu" in matrix["builder"]  # CPU builders take the toolkit from PyPI: TOOLKIT=pypi:<cuda>
+    for release in matrix["cuda"]:
+        check_spec(f"pypi:{release}", "linux-x86_64")
+    cells, _ = list(yaml.safe_load_all(KUBERNETES.read_text()))
+    script = cells["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert 'cuda.toolkit="pypi:$cuda"' in script
+    pairs = kubernetes_cells(script)
+    assert len(pairs) == cells["spec"]["completions"]
+    for _, release in pairs:
+        check_spec(f"pypi:{release}", "linux-x86_64")
+    assert kubernetes_cells((ROOT / "README.md").read_text()) == pairs  # the README's excerpt of that file
+
+
+def test_a_release_without_nvcc_is_refused():
+    from playbook.toolkits.pypi import ToolkitError, check_spec
+
+    with pytest.raises(ToolkitError, match="no nvcc driver"):
+        check_spec("pypi:12.8", "linux-x86_64")

@@ -15,51 +15,39 @@ from pathlib import Path
 from playbook.errors import ExitCode, PlaybookError
 from playbook.runfolder.layout import ATTESTATION, MANIFEST, REPORT_INDEX
 
-DESCRIPTION = f"""Build llama-cpp-python with GPU acceleration, reproducibly.
-
-commands:
-  run       detect → configure → build (⇄ repair) → verify, each step an executed notebook
-            in a new run folder under outputs/ (the build's provenance archive)
-  resume    continue a run that was killed, from its last completed step
-  plan      detect this machine and print the build plan with its reasons; builds nothing
-  detect    print what this machine has (JSON)
-  diagnose  name the known failures in a build log, traceback or runtime output you already have
-  bundle    write the wheels and the trimmed source that run needs on a machine without network
-  check     re-hash a run folder against its {MANIFEST} and {ATTESTATION}
-  attest    write {ATTESTATION} for a run folder written before attestation existed
-  report    write a run folder's {REPORT_INDEX} and its executed notebooks as HTML
-  compare   one table (CSV) and plot across run folders from many machines
-"""
+DESCRIPTION = "Build llama-cpp-python with GPU acceleration, reproducibly."
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="playbook", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # One list of the commands: argparse's, from each command's help (a description listing them too showed them twice).
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
-    run = commands.add_parser("run", help="run the whole chain headless with papermill")
+    run = commands.add_parser("run", help="detect → configure → build (⇄ repair) → verify, each step an executed notebook in a new "
+                                          "run folder under outputs/ (the build's provenance archive)")
     _add_params_options(run)
     run.add_argument("--output", default=None, metavar="FOLDER|s3://BUCKET/PREFIX",
                      help="folder that receives the run folder (default: $LLAMA_PLAYBOOK_OUTPUTS, else outputs/); "
                           "s3://bucket/prefix: the run executes in a temporary folder and is uploaded there")
     _add_chain_options(run)
 
-    resume = commands.add_parser("resume", help="continue a killed run from its last completed step")
+    resume = commands.add_parser("resume", help="continue a run that was killed, from its last completed step")
     resume.add_argument("run_dir", type=Path)
     _add_chain_options(resume)
 
-    plan = commands.add_parser("plan", help="print the build plan with its reasons; builds nothing")
+    plan = commands.add_parser("plan", help="detect this machine and print the build plan with its reasons; builds nothing")
     _add_params_options(plan)
 
-    commands.add_parser("detect", help="print the detected facts as JSON")
+    commands.add_parser("detect", help="print what this machine has (JSON)")
 
     diagnose = commands.add_parser(
-        "diagnose", help="name known failures in a log file or a pasted issue body",
+        "diagnose", help="name the known failures in a build log, traceback, runtime output or pasted issue body",
         description="Name the known failures in a build log, traceback, runtime output or pasted issue body.",
         epilog=f"exit status: {int(ExitCode.FOUND)} a known failure was named; {int(ExitCode.UNRECOGNISED)} the text "
                f"plainly failed and no known failure matches (unrecognised-failure); {int(ExitCode.OK)} no failure "
                f"found; {int(ExitCode.NOT_A_LOG)} the file is binary, not a log; {int(ExitCode.BAD_INPUT)} it cannot "
-               "be read")
+               "be read, or it is empty")
     diagnose.add_argument("path", type=Path, help="a build log, traceback, runtime output or pasted issue body "
                                                   "(Markdown quotes and fences are read through)")
     diagnose.add_argument("--json", action="store_true", help="print a JSON list of findings")
@@ -210,9 +198,14 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _diagnose(args: argparse.Namespace) -> int:
-    from playbook.knowledge.failures import UNRECOGNISED, diagnose_file
+    from playbook.knowledge.failures import UNRECOGNISED, diagnose_log
+    from playbook.knowledge.logtext import read_log
 
-    findings = diagnose_file(args.path, detect_failure=True)
+    log = read_log(args.path)
+    if not log.data or log.data.isspace():  # "no failure found" would say it was read and found healthy
+        raise PlaybookError(f"{args.path} is empty" + (" (blank lines only)" if log.data else "")
+                            + ": nothing to diagnose; give the file the log was saved to")
+    findings = diagnose_log(log, detect_failure=True)
     named = any(f.id != UNRECOGNISED for f in findings)
     status = ExitCode.FOUND if named else ExitCode.UNRECOGNISED if findings else ExitCode.OK
     if args.json:

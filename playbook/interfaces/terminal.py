@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from playbook.chain import StepCall
+from playbook.chain import StepCall, resume_command
 from playbook.runfolder.folder import Outcome, RunFolder, StepRecord
 from playbook.runfolder.layout import RUN, Step
 from playbook.serialization import read_json
@@ -30,9 +30,9 @@ class ConsoleReporter:
     """The ``on_event`` callback of :func:`playbook.chain.drive` for a person at a terminal. Where
     stderr is no terminal, progress is a plain line on ``stream`` every ``plain_every_s`` seconds."""
 
-    def __init__(self, stream: TextIO = sys.stdout, progress: bool = True, plain_every_s: float = PLAIN_PROGRESS_S,
+    def __init__(self, stream: TextIO | None = None, progress: bool = True, plain_every_s: float = PLAIN_PROGRESS_S,
                  terminal: bool | None = None, uploaded_to: str = ""):
-        self.stream = stream
+        self.stream = stream or sys.stdout  # the stdout of now, not of when this module was imported
         # s3://bucket/prefix the finished run folder is uploaded to: its temporary local copy is deleted then,
         # so the summary names the files there.
         self.uploaded_to = uploaded_to
@@ -61,10 +61,7 @@ class ConsoleReporter:
         self._poller.start()
 
     def on_end(self, record: StepRecord) -> None:
-        self._stop.set()
-        if self._poller is not None:
-            self._poller.join()
-            self._poller = None
+        self._stop_progress()
         self.say(step_line(record))
         if record.step is Step.REPAIR and self.run is not None:
             for line in repair_lines(self.run, record.attempt):
@@ -74,6 +71,22 @@ class ConsoleReporter:
         self.say()
         for line in summary_lines(run, self.uploaded_to):
             self.say(line)
+
+    def on_interrupted(self, run: RunFolder) -> None:
+        """Ctrl-C: stop the progress bar and say the command that continues the run."""
+        self._stop_progress()
+        self.say()
+        if self.uploaded_to:  # the run ran in a temporary folder, which is uploaded and then deleted
+            self.say(f"interrupted: the run folder goes to {remote_run(self.uploaded_to, run)}; "
+                     "a run uploaded there cannot be resumed: start it again")
+            return
+        self.say(f"interrupted: to continue from the last completed step, run\n  {resume_command(run)}")
+
+    def _stop_progress(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+            self._poller = None
 
     def _poll(self, call: StepCall) -> None:
         from playbook.steps.build import last_progress_of

@@ -16,10 +16,14 @@ def playbook(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "playbook", *args], capture_output=True, text=True)
 
 
-def test_help_explains_each_command():
+def test_help_explains_each_command_once():
+    """Issue 34: the description listed the commands and argparse listed them again."""
+    from playbook.interfaces.cli import COMMANDS
+
     out = playbook("--help").stdout
-    for command in ("run", "plan", "detect", "diagnose"):
-        assert f"\n  {command}" in out
+    first_words = [line.split()[0] for line in out.splitlines() if line.strip()]
+    for command in COMMANDS:
+        assert first_words.count(command) == 1, out
 
 
 def test_plan_prints_decisions_with_reasons():
@@ -122,3 +126,39 @@ def test_cmake_args_in_the_environment_are_named_as_ignored():
     assert "CMAKE_ARGS is set in your environment (-DGGML_AVX2=off) and is ignored" in out.stdout
     assert "build.cmake_args" in out.stdout
     assert "-DGGML_AVX2=off" not in out.stdout.split("CMAKE_ARGS=", 1)[1].splitlines()[0]
+
+
+def test_ctrl_c_prints_the_exact_resume_command(tmp_path, capsys, monkeypatch):
+    """Issue 34: after Ctrl-C only run.json said how to continue; the terminal must say it too."""
+    import playbook.chain
+    from conftest import cmake_project
+
+    from playbook.runfolder.folder import Outcome, RunFolder
+
+    def ctrl_c(run, call, *, verbose=False):  # what a KeyboardInterrupt in the first step's notebook looks like
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(playbook.chain, "execute_step", ctrl_c)
+    outputs = tmp_path / "out puts"  # a space: the printed command must be one a shell takes as is
+    status = main(["run", "--output", str(outputs), "--set", "backend=cpu", "--set", "source.kind=path",
+                   "--set", f"source.path={cmake_project(tmp_path)}", "--set", f"build.cache_dir={tmp_path / 'cache'}"])
+    assert status == ExitCode.INTERRUPTED
+    (run_dir,) = outputs.iterdir()
+    captured = capsys.readouterr()
+    command = f"playbook resume '{run_dir.absolute()}'"
+    assert f"\n  {command}\n" in captured.out, captured.out
+    assert "playbook: interrupted" in captured.err
+    record = RunFolder(run_dir).record()
+    assert record.outcome is Outcome.INTERRUPTED and command in record.message
+
+
+@pytest.mark.parametrize("content", ["", "\n \n\t\n"])
+def test_diagnose_an_empty_file_says_it_is_empty(tmp_path, capsys, content):
+    """Issue 34: an empty file got "no failure found", as if a healthy log had been read."""
+    empty = tmp_path / "build.log"
+    empty.write_text(content)
+    for json_flag in ([], ["--json"]):
+        assert main(["diagnose", str(empty), *json_flag]) == ExitCode.BAD_INPUT
+        captured = capsys.readouterr()
+        assert f"playbook: {empty} is empty" in captured.err and "no failure found" not in captured.out
+        assert captured.out == ""
