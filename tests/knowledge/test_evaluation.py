@@ -69,14 +69,24 @@ def test_scoring_counts_the_first_finding_and_any_finding_on_clean_logs(tmp_path
     _write(tmp_path, "train", "clean", "05.txt", "none", "error: something plainly failed here\n")
     result = evaluate(tmp_path, "train")
     family = result.families["cuda-toolkit"]
-    assert (family.logs, family.named, family.missed) == (3, 2, ["02.txt"])
+    assert (family.logs, family.named, family.wrong, family.missed) == (3, 2, 1, ["02.txt"])
     assert (result.families["clean"].logs, result.clean_findings) == (2, 1)
     assert result.recall == pytest.approx(2 / 3)
+    assert (result.wrong, result.precision, result.wrong_rate) == (1, pytest.approx(2 / 3), pytest.approx(1 / 3))
     assert result.meets(Goal(0.5, 0.5, 1)) == []
     assert result.meets(GOAL) == ["train: overall recall 67% < 90%", "train: cuda-toolkit recall 67% < 80%",
                                   "train: 1 finding(s) on clean logs"]
-    assert "| `cuda-toolkit` | 3 | 2 | 67% | - |" in result.table()
-    assert "| `clean` | 2 | - | - | 1 |" in result.table()
+    assert "| `cuda-toolkit` | 3 | 2 | 67% | 1 | 33.3% | 66.7% | - |" in result.table()
+    assert "| `clean` | 2 | - | - | - | - | - | 1 |" in result.table()
+
+
+def test_an_unrecognised_log_is_a_miss_but_not_a_wrong_name(tmp_path):
+    _write(tmp_path, "train", "build-tooling", "01.txt", "cuda-arch-unsupported",
+           "error: something nobody has a rule for\n")
+    _write(tmp_path, "train", "build-tooling", "02.txt", "cuda-arch-unsupported", "all went well\n")
+    family = evaluate(tmp_path, "train").families["build-tooling"]
+    assert (family.named, family.wrong, family.unrecognised, family.recall) == (0, 0, 1, 0.0)
+    assert (family.precision, family.wrong_rate) == (1.0, 0.0)  # nothing named, so nothing named wrong
 
 
 def test_a_corpus_file_without_its_header_is_refused(tmp_path):
@@ -90,7 +100,7 @@ def test_command_line_prints_the_train_table(tmp_path, capsys):
     _write(tmp_path, "train", "cpu", "01.txt", "illegal-instruction", "Illegal instruction (core dumped)\n")
     assert main([str(tmp_path), "--part", "train"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"\| `cpu` \| 1 \| 1 \| 100% \| - \|", out) and "goal met" in out
+    assert re.search(r"\| `cpu` \| 1 \| 1 \| 100% \| 0 \| 0\.0% \| 100\.0% \| - \|", out) and "goal met" in out
 
 
 def test_score_of_no_logs_is_empty():
