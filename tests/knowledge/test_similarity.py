@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from playbook.interfaces.cli import finding_lines
-from playbook.knowledge.corpus import thread_key
+from playbook.knowledge.corpus import project_key, thread_key
 from playbook.knowledge.evaluation import parse_corpus_log
 from playbook.knowledge.failures import (
     UNRECOGNISED,
@@ -81,6 +81,18 @@ def test_the_threshold_is_set_for_the_target_precision():
     outcomes = [(0.9, True)] * 19 + [(0.5, False)]  # all 20 named: 95% right; the 19 above 0.5: all right
     assert threshold_of(outcomes, 20, target=0.9).value == 0.5
     assert threshold_of(outcomes, 20).value == 0.9 and threshold_of(outcomes, 20).precision == 1.0
+
+
+@pytest.mark.parametrize("source, project", [
+    ("https://github.com/ggml-org/llama.cpp/issues/12", "ggml-org/llama.cpp"),
+    ("https://github.com/Ollama/Ollama/pull/5712#issuecomment-1", "ollama/ollama"),  # GitHub's names ignore case
+    ("https://github.com/abetlen/llama-cpp-python/discussions/3", "abetlen/llama-cpp-python"),
+    ("https://github.com/a/b/blob/main/build.log", "a/b"),
+    ("https://www.stackoverflow.com/questions/1/why", "stackoverflow.com"),
+    ("produced on this machine with nvcc -arch=native", "local"),
+])
+def test_a_project_is_a_repository(source, project):
+    assert project_key(source) == project
 
 
 def test_the_threshold_leaves_a_whole_project_out():
