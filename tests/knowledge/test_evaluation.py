@@ -22,25 +22,27 @@ def scores(diagnosis_tables):
     return results
 
 
-# The goal (>= 90% overall and >= 80% in every family on test, no finding on clean logs) is met: a change
-# that takes the test part below it fails here.
-def test_test_part_meets_the_goal(scores):
+# The goal: >= 90% overall and >= 80% in every family on test, no finding on clean logs. Every family and the
+# clean logs meet it: a change that takes a family below 80%, or finds anything in a clean log, fails here.
+def test_test_part_meets_the_family_and_clean_log_goals(scores):
     test = scores["test"]
     if not test.failure_logs:
         pytest.skip("the corpus has no test logs yet")
-    short = test.meets(GOAL)
+    short = [line for line in test.meets(GOAL) if "overall recall" not in line]
     assert not short, "the test part misses the goal:\n" + "\n".join(short)
-
-
-# What the rules reached on the test part when they were last written from train (README.md's test table): a
-# change that names fewer of the logs nobody tuned to, or finds anything in a clean one, is a regression.
-REACHED_ON_TEST = 391
-
-
-def test_the_test_part_does_not_fall_below_what_it_reached(scores):
-    test = scores["test"]
     assert test.clean_findings == 0
-    assert test.named >= REACHED_ON_TEST, test.table()
+
+
+# Precision first (issue 33): the similarity stage names a log only where its measured precision is 97%
+# (leaving one project out), not 90% (leaving one thread out); the logs it no longer names are unrecognised
+# instead of named, some of them wrongly. That took the test part's overall recall below the goal (README.md's
+# table), and its rules were not tuned back to it: the test part is read for its figures, not written from.
+# This marks the shortfall, and fails (strict) once the overall recall meets the goal again: then drop it.
+# (The floor of logs named that was ratcheted here after every round is gone for the same reason: a change of
+# the test part's figures shows as a difference from README.md's table, test_readme_shows_the_evaluation.)
+@pytest.mark.xfail(strict=True, reason="precision first: the test part's overall recall is below 90% (issue 33)")
+def test_test_part_meets_the_overall_recall_goal(scores):
+    assert scores["test"].recall >= GOAL.overall_recall
 
 
 def test_clean_train_logs_give_no_finding(scores):
