@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Leave-one-thread-out (LOTO) measure of the second stage of diagnosis, on the TRAIN examples only
-(tests/data/failures and tests/data/corpus/train; never the corpus's test part).
+"""Leave-one-project-out measure of the second stage of diagnosis (until round 10 leave-one-thread-out, LOTO,
+hence the name), on the TRAIN examples only (tests/data/failures and tests/data/corpus/train; never the
+corpus's test part). ``--leave-out thread`` measures leave-one-thread-out as before.
 
-Every example is matched, as a query, against the examples of every other thread. Two readings of a query:
+Every example is matched, as a query, against the examples of every other project (all threads of one
+repository, ``corpus.project_key``). Two readings of a query:
 
 * ``index``: the example's lines as the index holds them (the line its own pattern names first, then its
   error lines): what ``measure_threshold`` measured until round 6.
@@ -16,7 +18,7 @@ whole train logs diagnosed with every pattern set aside (``diagnose_log`` with a
 entries have no pattern, each log without its own thread's examples): how many the stage names rightly,
 how many of those only seem failed (no line says "error:", see ``seems_failed``), how many it names wrongly.
 
-    python benchmarks/similarity_loto.py [--thresholds]
+    python benchmarks/similarity_loto.py [--thresholds] [--leave-out thread]
 """
 
 from __future__ import annotations
@@ -54,10 +56,13 @@ def main(argv: list[str]) -> int:
     index = sim.Index(examples)
     shipped = sim.shipped_index()[1]
     total = len(examples)
+    given = argv[argv.index("--leave-out") + 1:][:1] if "--leave-out" in argv else []
+    leave_out = "thread" if given == ["thread"] else "project"
+    print(f"leave-one-{leave_out}-out")
     print(f"{total} examples; shipped threshold: {shipped.value} "
           f"(precision {shipped.precision:.1%} on {shipped.named})")
     for reading, reading_queries in (("index", None), ("query", queries)):
-        outcomes = sim.loto_outcomes(index, reading_queries)
+        outcomes = sim.held_out_outcomes(index, reading_queries, leave_out)
         top1 = sum(right for _, right in outcomes)
         print(f"\n[{reading}] nearest id right regardless of score: {top1}/{total} ({top1 / total:.1%})")
         measured = sim.threshold_of(outcomes, total)

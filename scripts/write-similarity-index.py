@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write playbook/knowledge/similarity_index.json: the examples the second stage of diagnosis compares a log
 with (tests/data/failures and the corpus's train part, never its test part) and the threshold measured on
-them leave-one-thread-out. Run it after adding examples or corpus logs; tests/knowledge/test_similarity.py
+them leave-one-project-out. Run it after adding examples or corpus logs; tests/knowledge/test_similarity.py
 fails while the shipped index is not what this script writes."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def main() -> int:
     destination = REPO / "playbook" / "knowledge" / INDEX_FILE
     threshold = write_index(REPO, destination)
     print(f"wrote {destination.relative_to(REPO)}: threshold {threshold.value} (precision {threshold.precision:.0%} "
-          f"on {threshold.named} of {threshold.examples} examples, leave-one-thread-out)")
+          f"on {threshold.named} of {threshold.examples} examples, leave-one-project-out)")
     return 0
 
 

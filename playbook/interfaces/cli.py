@@ -228,8 +228,9 @@ def finding_lines(finding) -> list[str]:  # type: ignore[no-untyped-def]
         lines.append(f"  likely {finding.id} ({finding.similarity:.2f}, like {finding.like}): no pattern names it; "
                      "its error lines resemble that example's")
     elif finding.likely:
-        lines.append(f"  nearest known failure: {finding.likely} ({finding.similarity:.2f}, like {finding.like}), "
-                     "too far to name it; no remedy is applied")
+        lines.append(f"  hint, not a diagnosis: the nearest known failure is {finding.likely} "
+                     f"({finding.similarity:.2f}, like {finding.like}), too unsure to name it; its fix is not given "
+                     "and no remedy is applied")
     lines.append(f"  line {finding.line_number}: {finding.evidence}")
     lines.append(f"  fix{' (automatic in playbook run)' if finding.automatic else ''}: {finding.fix}")
     return lines

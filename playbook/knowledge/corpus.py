@@ -38,6 +38,7 @@ CORPUS_FAMILIES = (
 TEST_SHARE_IN_TENTHS = 3
 
 _GITHUB_THREAD = re.compile(r"^/([^/]+)/([^/]+)/(?:issues|pull|discussions)/(\d+)")
+_GITHUB_REPO = re.compile(r"^/([^/]+)/([^/]+)")
 
 
 def thread_key(source: str) -> str:
@@ -49,6 +50,20 @@ def thread_key(source: str) -> str:
         owner, repo, number = match.groups()
         return f"{owner.lower()}/{repo.lower()}#{number}"
     return f"{host}{parts.path.rstrip('/')}"
+
+
+def project_key(source: str) -> str:
+    """The project a source address belongs to: ``owner/repo`` on GitHub (all its issues, pull requests and
+    discussions), else the host; ``local`` for a log that is no address (one made on this project's machines).
+    Leaving one project out at a time measures how diagnosis does on a project it has no example from."""
+    parts = urlsplit(source.strip())
+    if parts.scheme not in ("http", "https"):
+        return "local"
+    host = parts.netloc.lower().removeprefix("www.")
+    match = _GITHUB_THREAD.match(parts.path) or _GITHUB_REPO.match(parts.path)
+    if host == "github.com" and match:
+        return f"{match.group(1).lower()}/{match.group(2).lower()}"
+    return host
 
 
 def part_of(source: str) -> str:

@@ -1,8 +1,11 @@
 """How well ``playbook diagnose`` names the failures of real logs: the corpus, scored per family.
 
 A corpus log (``tests/data/corpus/<part>/<family>/<name>.txt``, see :mod:`playbook.knowledge.corpus`) is
-*named* when the first finding diagnose reports for it is one of the ids its header expects. A ``clean`` log
-must give no finding at all: any finding there, ``unrecognised-failure`` included, is a false positive.
+*named* when the first finding diagnose reports for it is one of the ids its header expects, and *named
+wrong* when that first finding is another known failure (a wrong remedy); an ``unrecognised-failure`` finding,
+or none, is neither. Beside recall (named / failure logs) the tables give the wrong-name rate (named wrong /
+failure logs) and precision (of the logs given a known id, the share named right). A ``clean`` log must give
+no finding at all: any finding there, ``unrecognised-failure`` included, is a false positive.
 
 ``python -m playbook.knowledge.evaluation [--part train|test] [CORPUS]`` prints the table; the tests print
 it for both parts and hold the test part to :data:`GOAL`.
@@ -75,12 +78,22 @@ class FamilyScore:
     logs: int = 0
     named: int = 0  # first finding is an expected id (clean: no finding at all)
     findings_on_clean: int = 0
+    wrong: int = 0  # first finding is a known id the log does not expect
     unrecognised: int = 0  # only unrecognised-failure
     missed: list[str] = field(default_factory=list)  # file names, for reading train misses
 
     @property
     def recall(self) -> float:
         return self.named / self.logs if self.logs else 0.0
+
+    @property
+    def precision(self) -> float:
+        """Of the logs given a known id, the share named right (1 when none was given one: nothing wrong)."""
+        return self.named / (self.named + self.wrong) if self.named + self.wrong else 1.0
+
+    @property
+    def wrong_rate(self) -> float:
+        return self.wrong / self.logs if self.logs else 0.0
 
 
 @dataclass
@@ -101,6 +114,18 @@ class Score:
         return self.named / self.failure_logs if self.failure_logs else 0.0
 
     @property
+    def wrong(self) -> int:
+        return sum(f.wrong for name, f in self.families.items() if name != CLEAN)
+
+    @property
+    def precision(self) -> float:
+        return self.named / (self.named + self.wrong) if self.named + self.wrong else 1.0
+
+    @property
+    def wrong_rate(self) -> float:
+        return self.wrong / self.failure_logs if self.failure_logs else 0.0
+
+    @property
     def clean_findings(self) -> int:
         return sum(f.findings_on_clean for f in self.families.values())
 
@@ -118,17 +143,19 @@ class Score:
 
     def table(self) -> str:
         """A Markdown table, one row per family with logs, then the overall row."""
-        rows = [f"| family ({self.part}) | logs | named | recall | findings on clean logs |", "|---|---|---|---|---|"]
+        rows = [f"| family ({self.part}) | logs | named | recall | named wrong | wrong-name rate | precision | "
+                "findings on clean logs |", "|---|---|---|---|---|---|---|---|"]
         for name in CORPUS_FAMILIES:
             family = self.families.get(name)
             if family is None or not family.logs:
                 continue
             if name == CLEAN:
-                rows.append(f"| `{name}` | {family.logs} | - | - | {family.findings_on_clean} |")
+                rows.append(f"| `{name}` | {family.logs} | - | - | - | - | - | {family.findings_on_clean} |")
             else:
-                rows.append(f"| `{name}` | {family.logs} | {family.named} | {family.recall:.0%} | - |")
-        rows.append(f"| **all failures** | {self.failure_logs} | {self.named} | {self.recall:.0%} | "
-                    f"{self.clean_findings} |")
+                rows.append(f"| `{name}` | {family.logs} | {family.named} | {family.recall:.0%} | {family.wrong} | "
+                            f"{family.wrong_rate:.1%} | {family.precision:.1%} | - |")
+        rows.append(f"| **all failures** | {self.failure_logs} | {self.named} | {self.recall:.0%} | {self.wrong} | "
+                    f"{self.wrong_rate:.1%} | {self.precision:.1%} | {self.clean_findings} |")
         return "\n".join(rows)
 
 
@@ -159,6 +186,7 @@ def score(logs: list[CorpusLog], part: str) -> Score:
         if ids and ids[0] in log.expected:
             family.named += 1
         else:
+            family.wrong += bool(ids) and ids[0] != UNRECOGNISED
             family.unrecognised += ids == [UNRECOGNISED]
             family.missed.append(log.path.name)
     return Score(part, families)

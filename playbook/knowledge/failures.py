@@ -19,6 +19,7 @@ from playbook.errors import KnowledgeBaseError, NotALogError, PlaybookError  # n
 from playbook.knowledge.compatibility import knowledge
 from playbook.knowledge.logtext import LogText, read_log
 from playbook.knowledge.normalise import FENCE_LINE, QUOTE_PREFIX, paste_line  # noqa: F401 (re-exported)
+from playbook.knowledge.normalise import failure_record
 from playbook.knowledge.signatures import Signature, required_literals
 
 KNOWLEDGE_FILE = "failures.yaml"
@@ -360,16 +361,18 @@ ROOT_FAILURE = re.compile(
     r"^[^\n]*(?:^\s*CMake Error\b|\bfatal error\b|(?<![\w-])error(?: [A-Z]{1,3}\d{3,5})?\s*:|"
     r"\bundefined reference to\b|\bcannot find -l\w|\bld returned \d+ exit status|unresolved external symbol|"
     r"\bnvcc fatal\b|internal compiler error|Segmentation fault|\bcore dumped\b|GGML_ASSERT|"
-    r"terminate called after throwing|Fatal Python error|^\s*Killed\s*$|"
-    r"^\s*(?:\w+\.)*\w*(?:Error|Exception): )[^\n]*$", re.MULTILINE)
+    r"terminate called after throwing|Fatal Python error|^\s*Killed\s*$|\bpanicked at\b|"
+    r"^\s*(?:\w+\.)*\w*(?:Error|Exception)(?: \[\w+\])?: )[^\n]*$", re.MULTILINE)
 WRAPPER_FAILURE = re.compile(
     r"^[^\n]*(?:error: subprocess-exited-with-error|did not run successfully|ERROR: Failed building wheel|"
     r"ERROR: Could not build wheels|ninja: build stopped|^\s*FAILED: |make(?:\[\d+\])?: \*\*\*|"
-    r"CMake build failed|Configuring incomplete)[^\n]*$", re.MULTILINE)
+    r"CMake build failed|Configuring incomplete|error: failed to run custom build command)[^\n]*$", re.MULTILINE)
 HARMLESS_FAILURE = re.compile(r"-Werror|-Wno-error|\bwarning\b|\bdeprecated\b|\b0 errors?\b|error_code|errors?=|"
                               r"Performing Test .* - Failed|- not found$|Traceback \(most recent call last\)",
                               re.IGNORECASE)
-PIP_RELAY = re.compile(r"error: (?:subprocess-exited-with-error|metadata-generation-failed|legacy-install-failure)")
+# pip's relay of a build's failure, and cargo's of a build script's (its output follows under "--- stderr").
+PIP_RELAY = re.compile(r"error: (?:subprocess-exited-with-error|metadata-generation-failed|legacy-install-failure|"
+                       r"failed to run custom build command)")
 
 # Where in the chain a failing line belongs, by the line itself, then by the nearest step marker before it.
 STAGE_OF_LINE = (
@@ -420,13 +423,21 @@ def seems_failed(text: str | LogText) -> bool:
 
 def first_failure(text: str | LogText) -> tuple[int, str] | None:
     """The line number and text of the first line that plainly reports a failure (a tool's own error
-    before pip's or ninja's relay of it), or None when the text does not say anything failed."""
+    before pip's, ninja's or cargo's relay of it, and that before a line another tool reports as an error
+    by its own prefix: npm's ``npm error``, docker build's ``ERROR:``, PowerShell's error record, see
+    :func:`playbook.knowledge.normalise.failure_record`), or None when the text does not say anything failed."""
     log = _as_log(text)
     for signature in (ROOT_SIGNATURE, WRAPPER_SIGNATURE):
         hit = log.first_match(signature, accept=_plain_failure)
         if hit is not None:
             return hit[0], log.evidence(hit[0])
-    return None
+    number = next((int(n) for n in log.lines_with(RECORD_LITERALS) if failure_record(log.raw_line(int(n)))), 0)
+    return (number, log.evidence(number)) if number else None
+
+
+# The words of the prefixes by which a relaying tool reports a line as an error (normalise.failure_record).
+RECORD_LITERALS = ("npm err", "##[error]", "error:", "=> error [", "critical:", "fatal:", "categoryinfo",
+                   "fullyqualifiederrorid")
 
 
 # Lines that only relay a failure or frame a message (pip, ninja, make, CMake's header line): they say
@@ -439,7 +450,8 @@ RELAY_LINE = re.compile(
     r"Traceback \(most recent call last\)|legacy-install-failure|^\s*Call Stack \(most recent call first\)|"
     r"\bhas no attribute '__del__'|Exception ignored in|error: command .* failed with exit code|"
     r"Building wheel for \S+ \(pyproject\.toml\) (?:did not|finished with status 'error')|"
-    r"^\s*(?:ERROR|error): (?:Failed|Could not)", re.IGNORECASE)
+    r"^\s*(?:ERROR|error): (?:Failed|Could not)|failed to run custom build command|"
+    r"process didn't exit successfully:", re.IGNORECASE)
 CMAKE_HEADER = re.compile(r"^\s*CMake Error\b[^\n]*:\s*$")
 
 

@@ -3,7 +3,8 @@
 Two levels, because they serve two readers:
 
 * :func:`match_line` is what ``failures.yaml``'s regexes see: a pasted issue body's Markdown quote markers
-  and fences gone, no Windows line end, no ANSI colour, one kind of quote (curly, backtick and straight
+  and fences gone, the prefixes by which another tool relays the line gone (:func:`unwrap`), no Windows
+  line end, no ANSI colour, one kind of quote (curly, backtick and straight
   quotes all become ``'`` or ``"``), the user's name in a home folder replaced (``/home/<user>/``,
   ``C:\\Users\\<user>\\``), long hex addresses folded to ``0xADDR``, and a German, French or Chinese
   compiler, linker or shell message turned into its English original (``message_locales.yaml``).
@@ -38,6 +39,32 @@ HOME_FOLDER = re.compile(r"(?P<root>(?:\b[A-Za-z]:)?[\\/](?:Users|home|Documents
                          r"(?!<user>)(?P<name>[!-.0-9;=?-\[\]-~]+(?: [!-.0-9;=?-\[\]-~]+)?)(?=[\\/])", re.IGNORECASE)
 HEX_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{9,}\b")  # an address; 8 digits are a Windows status code
 
+# The prefixes by which another tool relays a line of the build it ran, so that the line reads as its own tool
+# wrote it (issue 33): a prefix is taken off repeatedly (a CI timestamp before BuildKit's step before npm's
+# level), and a Markdown or Nix "> " under it goes too. A group named ``failed`` marks a prefix by which the
+# relaying tool itself reports the line as an error (:func:`failure_record`).
+TOOL_PREFIX = re.compile(r"""^(?:
+    \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?Z[ \t]              # GitHub Actions' (any UTC ISO-8601) timestamp
+  | (?P<failed_actions>\#\#\[error\])                             # a GitHub Actions error annotation
+  | \#\#\[(?:warning|notice|debug|group|endgroup|command)\]
+  | \#\d+[ \t]\d+(?:\.\d+)?[ \t]                              # BuildKit's step and seconds: "#12 30.76 "
+  | \#\d+[ \t](?=ERROR:)                                     # BuildKit's step before its "ERROR: ..."
+  | \d{1,5}\.\d{1,3}[ \t]                                      # BuildKit's seconds in its failed step's summary
+  | (?P<failed_npm>npm[ \t](?:error|ERR!))[ \t]?                # npm's error level (npm 10: "npm error")
+  | npm[ \t](?:warn|WARN|notice|info|verbose|http|timing|sill)[ \t]?
+  | warning:[ \t][\w-]+@\d[\w.+-]*:[ \t]                         # cargo relaying a build script's output
+  | (?P<failed_logging>(?:ERROR|CRITICAL|FATAL):[\w.]+:)         # Python's logging, default format
+  | (?:WARNING|INFO|DEBUG):[\w.]+:
+  | [ \t]*\+[ \t]+(?P<failed_record>CategoryInfo|FullyQualifiedErrorId)[ \t]*:[ \t]?  # PowerShell's error record
+  | Uncaught[ \t](?=\w*(?:Error|Exception)\b)                    # a JavaScript console's uncaught error
+)""", re.VERBOSE)
+# Lines a relaying tool adds that say nothing of the failure: a JavaScript stack frame ("    at f (x.js:1:2)"),
+# PowerShell's position of the failed command ("At line:1 char:1", "+ ~~~~").
+TOOL_NOISE = re.compile(r"^\s+at (?:(?:async |new )?[^\s(]+(?: \[as [^\]]+\])? \(.*:\d+:\d+\)|\S+:\d+:\d+|"
+                        r"<anonymous>)\s*$|^\s*At (?:line|\S+):\d+ char:\d+\s*$|^\s*\+ ~+\s*$")
+# PowerShell writes the position right after the message, without a space: "...softwareAt line:1 char:1".
+POSITION_SUFFIX = re.compile(r"(?<=\S)At line:\d+ char:\d+\s*$")
+
 
 @dataclass(frozen=True)
 class Translation:
@@ -61,13 +88,44 @@ def paste_line(line: str) -> str:
     return "" if FENCE_LINE.match(line) else QUOTE_PREFIX.sub("", line)
 
 
+def unwrap(line: str) -> tuple[str, bool]:
+    """A line without the prefixes by which other tools relay it (:data:`TOOL_PREFIX`; a relaying tool's noise,
+    :data:`TOOL_NOISE`, becomes empty), and whether one of them reported it as an error."""
+    failed = False
+    for _ in range(8):  # prefixes nest a few deep; a bound, not a loop over a line of prefixes
+        match = TOOL_PREFIX.match(line)
+        if match is None or not match.end():
+            break
+        failed = failed or any(value for name, value in match.groupdict().items() if name.startswith("failed"))
+        line = QUOTE_PREFIX.sub("", line[match.end():])
+    if TOOL_NOISE.match(line):
+        return "", failed
+    if "At line:" in line:
+        line = POSITION_SUFFIX.sub("", line)
+    return line, failed
+
+
+# docker build's own report that a step failed: "#12 ERROR: process ..." once BuildKit's step number is off,
+# its last line "ERROR: failed to solve: ...", and its terminal view's " => ERROR [stage 9/9] RUN ...".
+BUILDKIT_ERROR = re.compile(r"^ERROR: (?:process \"|failed to solve\b)|^\s*=> ERROR \[")
+
+
+def failure_record(line: str) -> bool:
+    """Whether a tool that relays ``line`` reports it as an error: npm's ``npm error``, docker build's
+    ``ERROR: process ...``, a GitHub Actions ``##[error]``, Python's ``ERROR:root:``, PowerShell's error record."""
+    line = paste_line(line)
+    unwrapped, failed = unwrap(ANSI.sub("", line) if "\x1b" in line else line)
+    return failed or bool(BUILDKIT_ERROR.match(unwrapped))
+
+
 def match_line(line: str, translate: bool = True) -> str:
-    """What the failure patterns match: :func:`paste_line`, then colours, quotes, home folders, hex
-    addresses and (unless ``translate`` is false: the caller knows the line holds no translated message)
-    translated messages normalised (see the module's docstring)."""
+    """What the failure patterns match: :func:`paste_line` and :func:`unwrap`, then colours, quotes, home
+    folders, hex addresses and (unless ``translate`` is false: the caller knows the line holds no translated
+    message) translated messages normalised (see the module's docstring)."""
     line = paste_line(line)
     if "\x1b" in line:
         line = ANSI.sub("", line)
+    line = unwrap(line)[0]
     if not line.isascii() or "`" in line:
         line = line.translate(QUOTES)
     if "0x" in line:
