@@ -421,3 +421,16 @@ def test_the_failed_attempt_of_the_gpu_less_cuda_build_is_named():
     """Scenario 001's first attempt: CUDA from PyPI wheels on a machine with no driver and no stub libcuda."""
     log = REFERENCE_RUNS / "20261123T170441Z-vm" / "build-attempt-1.log"
     assert diagnose_text(log.read_text(errors="replace"))[0].id == "libcuda-stub-link"
+
+
+def test_a_cpu_only_sigill_paste_gets_a_fix_without_a_gpu_backend():
+    """A CPU wheel's 'Illegal instruction' must not be told to build with -DGGML_CUDA=on (issue 34)."""
+    import re
+
+    from playbook.knowledge.failures import diagnose_text
+
+    (finding,) = [f for f in diagnose_text("$ python -c 'import llama_cpp'\nIllegal instruction (core dumped)\n")
+                  if f.id == "illegal-instruction"]
+    commands = re.findall(r"CMAKE_ARGS[ =]+\"?(-D[^`\"]+)", finding.fix)
+    assert commands and all("GGML_NATIVE=OFF" in c and "GGML_CUDA" not in c for c in commands)
+    assert "--no-cache-dir" in finding.fix  # pip would reuse the wheel it cached
