@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Issue 23's reference runs on an offline GPU machine, in the playbook's checkout there, with the offline bundle in
+# Reference runs on an offline GPU machine, in the playbook's checkout there, with the offline bundle in
 # .carry/bundle (python -m playbook bundle .carry/bundle --python 3.12 --exclude-present params/present/gpu-machine.txt),
 # or packed as .carry/bundle.tar.xz (tar -C .carry -cJf .carry/bundle.tar.xz bundle: a fifth of the transfer), unpacked here.
-# A command there may run 10 minutes, so the work is cut in steps that each fit, run back to back on one machine:
+# A command there may run 10 minutes; each step below fits one (the 1B chain, build and verify with llama-bench,
+# took 461 s on an H200: outputs/reference/20261129T034250Z-vm), run back to back on one machine:
 #
-#   benchmarks/gpu_verify_reference.sh build      the 1B reference chain (params/gpu-reference.yaml) up to its
-#                                                 built wheel: the run is interrupted (Ctrl-C) as verify starts
-#   benchmarks/gpu_verify_reference.sh yardstick  playbook resume: verify with llama-bench in interleaved pairs
+#   benchmarks/gpu_verify_reference.sh build      the 1B reference chain (params/gpu-reference.yaml), whole: build,
+#                                                 verify with llama-bench in interleaved pairs (what
+#                                                 scripts/gpu-acceptance.sh runs as the gate, with its verdict)
 #   benchmarks/gpu_verify_reference.sh tune       the 7B tune (params/gpu-tune.yaml), the wheel from the wheel cache
-#   benchmarks/gpu_verify_reference.sh build-tune the 7B chain up to its wheel (a cold machine), then: resume
+#   benchmarks/gpu_verify_reference.sh resume     playbook resume on the newest run (one a command's limit cut short)
 #
 # Everything goes under $WORK (default outputs/gpu-reference: ignored by git, kept between commands on one machine):
 # cache/ (ccache, wheel cache, models), runs/ (the run folders), and results/<step>.log. PYTHON picks the interpreter.
@@ -33,27 +34,9 @@ log "$(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,n
 newest_run() { ls -d "$work"/runs/*/ 2>/dev/null | tail -1; }
 
 case "${1:-}" in
-  build|build-tune)
-    profile=params/gpu-reference.yaml
-    [ "$1" = build-tune ] && profile=params/gpu-tune.yaml
-    # job control: without it a background command ignores SIGINT, and the Ctrl-C below would not reach it
-    set -m
-    "$python" -m playbook run --params "$profile" "${source_args[@]}" --output "$work/runs" &
-    runner=$!
-    # Ctrl-C as soon as the build attempt has written its result: verify runs in the next command
-    until [ -n "$(newest_run)" ] && ls "$(newest_run)"/build-attempt-*.json > /dev/null 2>&1; do
-      kill -0 "$runner" 2> /dev/null || break
-      sleep 2
-    done
-    kill -INT "$runner" 2> /dev/null
-    wait "$runner"
-    log "built: $(newest_run) ($(ls "$(newest_run)"/wheelhouse/attempt-*/ 2>/dev/null | tr '\n' ' '))"
-    ;;
-  yardstick)
-    run="$(newest_run)"
-    [ -n "$run" ] || { log "no run folder under $work/runs: run '$0 build' first"; exit 2; }
-    "$python" -m playbook resume "$run"
-    log "resume: exit status $?"
+  build)
+    "$python" -m playbook run --params params/gpu-reference.yaml "${source_args[@]}" --output "$work/runs"
+    log "build and verify: exit status $?"
     ;;
   tune)
     "$python" -m playbook run --params params/gpu-tune.yaml "${source_args[@]}" --output "$work/runs"
@@ -65,7 +48,7 @@ case "${1:-}" in
     log "resume $run: exit status $?"
     ;;
   *)
-    sed -n '2,14p' "$0"
+    sed -n '2,15p' "$0"
     exit 2
     ;;
 esac
