@@ -14,6 +14,7 @@
 # Everything goes under $WORK (default outputs/gpu-reference: ignored by git, kept between commands on one machine):
 # cache/ (ccache, wheel cache, models), runs/ (the run folders), and results/<step>.log. PYTHON picks the interpreter.
 set -uo pipefail
+case "${1:-}" in build|tune|resume) ;; *) sed -n '2,15p' "$0"; exit 2 ;; esac
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python="${PYTHON:-python3}"
 work="$(mkdir -p "${WORK:-outputs/gpu-reference}" && cd "${WORK:-outputs/gpu-reference}" && pwd)"
