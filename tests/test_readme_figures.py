@@ -72,6 +72,7 @@ RPC = "20261125T155256Z-vm"  # RPC client and server on the CPU-only VM
 RPC_GPU = "20261125T214733Z-vm"  # H100: CPU+RPC client (repaired: cxx-runtime-copies), CUDA rpc-server
 OPENBLAS_VS_CPU = "openblas-vs-cpu-vm.txt"
 HIP = "20261125T145359Z-vm"  # HIP compiled with Debian 13's ROCm on the CPU-only VM
+GATE = "20261129T030438Z-vm"  # H200, the GPU acceptance gate's last run (outputs/reference/gpu-acceptance.json)
 
 
 def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
@@ -159,6 +160,18 @@ def vulkan_steps(what: str) -> Callable[[], int]:
             return sum(1 for s in steps if "ccache" in s and re.search(r"-c \S+\.comp\.cpp\b", s))
         return sum(1 for s in steps if "vulkan-shaders-gen " in s)
     return read
+
+
+def cell(run: str, attempt: int, ngl: int, column: str) -> Callable[[], str]:
+    """One sweep point's column in throughput-attempt-N.csv, as written (a range such as 0.877-1.182)."""
+    return lambda: next(r[column] for r in _rows(REF / run / f"throughput-attempt-{attempt}.csv")
+                        if int(r["n_gpu_layers"]) == ngl)
+
+
+def medians(run: str, test: str) -> Callable[[], str]:
+    """A run's yardstick medians (pp or tg) at every layer count, as outputs/reference/README.md lists them."""
+    return lambda: ", ".join(format(float(r[f"{test}_ratio"]), ".3f")
+                             for r in _rows(REF / run / "throughput-attempt-1.csv"))
 
 
 def build_speed_rows(text: str) -> dict[str, tuple[float, float, str]]:
@@ -686,6 +699,28 @@ FIGURES = [
     F(RUNS, "`n_batch=2048`: {}× prompt processing", tune_gain(4096, "pp"), ".2f"),
     F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
     F(BENCH, "`playbook diagnose` on a {} MB log: a long build log", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
+    # docs/measurements.md: the GPU acceptance gate (its last run, outputs/reference/gpu-acceptance.json)
+    F(MEASURE, "wheel was built on attempt 1 in {} s, and verify", build(GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "with no repair, ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
+    F(MEASURE, "ok in 159 s: token generation {} t/s with all 17 layers", point(GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "not met** at 3 layers (pp {})", point(GATE, 1, 3, "pp_ratio"), ".3f"),
+    F(MEASURE, "at 10 layers (pp {}, tg", point(GATE, 1, 10, "pp_ratio"), ".3f"),
+    F(MEASURE, "(pp 0.942, tg {}). At 10 layers", point(GATE, 1, 10, "tg_ratio"), ".3f"),
+    F(MEASURE, "on both sides of 1 (pp {}, tg", cell(GATE, 1, 10, "pp_ratio_range")),
+    F(MEASURE, "(pp 0.877-1.182, tg {}): the variation", cell(GATE, 1, 10, "tg_ratio_range")),
+    F(MEASURE, "ahead in prompt processing ({}), which", cell(GATE, 1, 3, "pp_ratio_range")),
+    F(MEASURE, "did not reappear: tg {}, 1.008 and", point(GATE, 1, 3, "tg_ratio"), ".3f"),
+    F(MEASURE, "did not reappear: tg 0.983, {} and", point(GATE, 1, 7, "tg_ratio"), ".3f"),
+    F(MEASURE, "tg 0.983, 1.008 and {} here.", point(GATE, 1, 10, "tg_ratio"), ".3f"),
+    # outputs/reference/README.md: the GPU acceptance gate's run
+    F(RUNS, "built on attempt 1 in {} s, verify ok", build(GATE, 1, "duration_s"), ".0f"),
+    F(RUNS, "verify ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
+    F(RUNS, "token generation {} t/s with all 17 layers (56.7", point(GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "with all 17 layers ({} with none)", point(GATE, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "logits against the CPU relative error {}, top-1", verify(GATE, 1, "agreement.relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %. The yardstick's", per_cent(verify(GATE, 1, "agreement.top1_agreement")), ".0f"),
+    F(RUNS, "at 0, 3, 7, 10, 14, 17 layers: pp {}; tg", medians(GATE, "pp")),
+    F(RUNS, "; tg {} |", medians(GATE, "tg")),
     F(KB, "the lines that hold it. A {} MB build log takes seconds", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
     F(KB, "this stage alone names {} of 1252 train logs rightly", similarity_stage(1)),
     F(KB, "this stage alone names 794 of {} train logs rightly", similarity_stage(2)),
@@ -702,6 +737,7 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
     Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}, as printed", lambda: printed(SIMILARITY).rstrip("\n")),
     Excerpt(KB, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
+    Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{GATE}", lambda: _yardstick().table(REF / GATE)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}",
             lambda: _yardstick().table(REF / YARDSTICK)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py --by-repetition outputs/reference/{YARDSTICK}",
