@@ -18,7 +18,8 @@ import archive  # noqa: E402
 sys.path.pop(0)
 
 NAMES = sorted(p.name for p in archive.RESULTS.iterdir() if p.is_file())
-READMES = ["README.md", "ARCHITECTURE.md", "benchmarks/README.md", "outputs/README.md", "outputs/reference/README.md"]
+DOCS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+READMES = ["README.md", "ARCHITECTURE.md", *DOCS, "benchmarks/README.md", "outputs/README.md", "outputs/reference/README.md"]
 
 
 def in_history(commit: str) -> bool:

@@ -24,7 +24,7 @@ def recipes() -> list[list[str]]:
     """The command lines of the fenced blocks in the README's cold-build paragraph."""
     readme = (ROOT / "README.md").read_text()
     start = readme.index("**A cold build.**")
-    paragraph = readme[start:readme.index("\n### ", start)]
+    paragraph = readme[start:re.search(r"\n#{2,3} ", readme[start:]).start() + start]
     blocks = re.findall(r"```bash\n(.*?)```", paragraph, re.DOTALL)
     return [shlex.split(line, comments=True) for block in blocks for line in block.splitlines() if line.strip()]
 

@@ -55,7 +55,7 @@ def test_the_first_verify_failed_on_the_probe_and_is_kept_in_history():
 
 
 def test_the_readme_quotes_the_archived_fork_build():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "reference-runs.md").read_text()
     (paragraph,) = [p for p in readme.split("\n\n") if f"outputs/reference/{RUN.name}" in p]
     build = read_json(BuildResult, Layout(RUN).build_result(1))
     text = " ".join(paragraph.split())

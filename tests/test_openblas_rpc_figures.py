@@ -1,4 +1,4 @@
-"""The OpenBLAS and RPC figures README.md quotes, read from the archived files they come from: the OpenBLAS run
+"""The OpenBLAS and RPC figures docs/backends.md quotes, read from the archived files they come from: the OpenBLAS run
 (BLAS in the wheel, loaded, used), the side-by-side benchmark (benchmarks/results/openblas-vs-cpu-vm.txt) and the
 RPC run (the server, what it held, throughput by layers sent, logits against the CPU)."""
 
@@ -19,7 +19,7 @@ SECTION = "## OpenBLAS and RPC, measured here"
 
 
 def readme_section() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "backends.md").read_text()
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     return text[start:end if end > 0 else None]

@@ -1,8 +1,9 @@
-"""Every measured figure in the READMEs, read from the archived file it comes from.
+"""Every measured figure in the READMEs and the docs/ pages, read from the archived file it comes from.
 
 A *figure* is a number followed by a unit (s, t/s, k, ×, %, MB, MiB, GB, GB/s, hits, remote hits, misses, steps,
-ninja steps) or a number with three or more decimals (ratios, relative errors), anywhere in README.md,
-benchmarks/README.md, outputs/reference/README.md and outputs/README.md, fenced blocks included. Other numbers (versions, core
+ninja steps) or a number with three or more decimals (ratios, relative errors), anywhere in README.md, the
+pages under docs/, benchmarks/README.md, outputs/reference/README.md and outputs/README.md, fenced blocks
+included. Other numbers (versions, core
 counts, layer counts, settings) are not figures.
 
 Each figure must be claimed, or `test_every_figure_in_a_readme_is_claimed` fails:
@@ -36,7 +37,16 @@ RESULTS = ROOT / "benchmarks" / "results"
 README = "README.md"
 BENCH = "benchmarks/README.md"
 RUNS = "outputs/reference/README.md"
-READMES = (README, BENCH, RUNS, "outputs/README.md")
+# The pages README.md's reference text moved to (issue 34): each figure is checked where it now lives.
+BACKENDS = "docs/backends.md"
+CUDA_PYPI_PAGE = "docs/cuda-from-pypi.md"
+FLEET = "docs/fleet.md"
+KB = "docs/knowledge-base.md"
+MEASURE = "docs/measurements.md"
+FORK_PAGE = "docs/reference-runs.md"
+STEPS = "docs/steps.md"
+DOCS = tuple(sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")))
+READMES = (README, BENCH, RUNS, "outputs/README.md", *DOCS)
 
 H100 = "build-speed-gpu-machine-h100.txt"
 CPU_VM = "build-speed-remote-cache-cpu-vm.txt"
@@ -62,6 +72,7 @@ RPC = "20261125T155256Z-vm"  # RPC client and server on the CPU-only VM
 RPC_GPU = "20261125T214733Z-vm"  # H100: CPU+RPC client (repaired: cxx-runtime-copies), CUDA rpc-server
 OPENBLAS_VS_CPU = "openblas-vs-cpu-vm.txt"
 HIP = "20261125T145359Z-vm"  # HIP compiled with Debian 13's ROCm on the CPU-only VM
+GATE = "20261129T030438Z-vm"  # H200, the GPU acceptance gate's last run (outputs/reference/gpu-acceptance.json)
 
 
 def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
@@ -138,6 +149,29 @@ def point(run: str, attempt: int, ngl: int, column: str) -> Callable[[], float]:
 def ninja_total(path: Path) -> Callable[[], int]:
     """N of the last `[n/N]` ninja printed in a build log."""
     return lambda: int(re.findall(r"\[\d+/(\d+)\]", _text(path))[-1])
+
+
+def vulkan_steps(what: str) -> Callable[[], int]:
+    """In the lavapipe run's build log, the ninja steps that compile a shader source ggml-vulkan generated
+    (`<shader>.comp.cpp`), or those that run its shader generator (`vulkan-shaders-gen`)."""
+    def read() -> int:
+        steps = re.findall(r"^\s*\[\d+/\d+\] (.*)$", _text(REF / LAVAPIPE / "build-attempt-1.log"), re.MULTILINE)
+        if what == "shader sources":
+            return sum(1 for s in steps if "ccache" in s and re.search(r"-c \S+\.comp\.cpp\b", s))
+        return sum(1 for s in steps if "vulkan-shaders-gen " in s)
+    return read
+
+
+def cell(run: str, attempt: int, ngl: int, column: str) -> Callable[[], str]:
+    """One sweep point's column in throughput-attempt-N.csv, as written (a range such as 0.877-1.182)."""
+    return lambda: next(r[column] for r in _rows(REF / run / f"throughput-attempt-{attempt}.csv")
+                        if int(r["n_gpu_layers"]) == ngl)
+
+
+def medians(run: str, test: str) -> Callable[[], str]:
+    """A run's yardstick medians (pp or tg) at every layer count, as outputs/reference/README.md lists them."""
+    return lambda: ", ".join(format(float(r[f"{test}_ratio"]), ".3f")
+                             for r in _rows(REF / run / "throughput-attempt-1.csv"))
 
 
 def build_speed_rows(text: str) -> dict[str, tuple[float, float, str]]:
@@ -377,129 +411,137 @@ def corpus_tables() -> str:
 
 F = Figure
 FIGURES = [
-    # README.md and outputs/reference/README.md: the fork, OpenBLAS and RPC on the CPU-only VM
-    F(README, "The cold build took {} s (311 ninja steps)", build(FORK, 1, "duration_s"), ".0f"),
-    F(README, "The cold build took 2755 s ({} ninja steps)", ninja_total(REF / FORK / "build-attempt-1.log")),
+    # docs/reference-runs.md, docs/backends.md and outputs/reference/README.md: the fork, OpenBLAS and RPC on the
+    # CPU-only VM
+    F(FORK_PAGE, "The cold build took {} s (311 ninja steps)", build(FORK, 1, "duration_s"), ".0f"),
+    F(FORK_PAGE, "The cold build took 2755 s ({} ninja steps)", ninja_total(REF / FORK / "build-attempt-1.log")),
     F(RUNS, "built cold in {} s (311 ninja steps, libmtmd", build(FORK, 1, "duration_s"), ".0f"),
     F(RUNS, "built cold in 2755 s ({} ninja steps, libmtmd", ninja_total(REF / FORK / "build-attempt-1.log")),
-    F(README, "the 1B-shaped model 8.8 against {} t/s", openblas_vs_cpu("1b", 1), ".1f"),
-    F(README, "184.1 against {} t/s (ratio 0.56", openblas_vs_cpu("tiny", 1), ".1f"),
-    F(README, "(the tiny model's: 5.4 to {} t/s)", openblas_round("tiny", 3, "openblas", "tg"), ".1f"),
-    F(README, "from the same tree ({} s: an earlier run", verify(RPC, 1, "rpc.servers.0.build.build_s"), ".1f"),
+    F(BACKENDS, "the 1B-shaped model 8.8 against {} t/s", openblas_vs_cpu("1b", 1), ".1f"),
+    F(BACKENDS, "184.1 against {} t/s (ratio 0.56", openblas_vs_cpu("tiny", 1), ".1f"),
+    F(BACKENDS, "(the tiny model's: 5.4 to {} t/s)", openblas_round("tiny", 3, "openblas", "tg"), ".1f"),
+    F(BACKENDS, "from the same tree ({} s: an earlier run", verify(RPC, 1, "rpc.servers.0.build.build_s"), ".1f"),
     F(RUNS, "from the same tree ({} s: an earlier run", verify(RPC, 1, "rpc.servers.0.build.build_s"), ".1f"),
-    F(README, "(top-1 agreement {} %; both sides", per_cent(verify(RPC, 1, "rpc.agreement.top1_agreement")), ".0f"),
-    F(README, "token generation {} t/s with 0, 0.8 with 2", rpc_point(0), ".1f"),
-    F(README, "the server then holding {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"), ".1f"),
-    F(README, "MiB of weights ({} MiB with 2)", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.2"), ".1f"),
-    F(README, "without a server, locally: {} t/s", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(BACKENDS, "(top-1 agreement {} %; both sides", per_cent(verify(RPC, 1, "rpc.agreement.top1_agreement")), ".0f"),
+    F(BACKENDS, "token generation {} t/s with 0, 0.8 with 2", rpc_point(0), ".1f"),
+    F(BACKENDS, "the server then holding {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"),
+      ".1f"),
+    F(BACKENDS, "MiB of weights ({} MiB with 2)", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.2"), ".1f"),
+    F(BACKENDS, "without a server, locally: {} t/s", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "built cold in {} s; verify ok", build(OPENBLAS, 1, "duration_s"), ".0f"),
     F(RUNS, "pp512 {} t/s, tg32", point(OPENBLAS, 1, 0, "pp_tokens_per_s"), ".1f"),
     F(RUNS, "t/s, tg32 {} t/s (tiny model)", point(OPENBLAS, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "tg 4.1 / 0.8 / {} t/s with 0 / 2 / 5", rpc_point(5), ".1f"),
-    # README.md and outputs/reference/README.md: RPC on the H100, after repair named the second C++ runtime
-    F(README, "rebuilt with `-DCMAKE_CXX_COMPILER=/usr/bin/c++` in {} s", build(RPC_GPU, 2, "duration_s"), ".1f"),
-    F(README, "token generation {} t/s with 0 layers sent, 97.4", rpc_point(0, RPC_GPU, 2), ".1f"),
-    F(README, "t/s with 0 layers sent, {} with 8", rpc_point(8, RPC_GPU, 2), ".1f"),
-    F(README, "with 8 and {} with all 17", rpc_point(17, RPC_GPU, 2), ".1f"),
-    F(README, "server then holding {} MiB), against", verify(RPC_GPU, 2, "rpc.servers.0.held_mib_by_layers.17"), ".1f"),
-    F(README, "against {} t/s locally without a server", point(RPC_GPU, 2, 0, "tg_tokens_per_s"), ".1f"),
-    F(README, "relative error {}, top-1 agreement 85.5", verify(RPC_GPU, 2, "rpc.agreement.relative_error"), ".3f"),
-    F(README, "top-1 agreement {} % (the limits", per_cent(verify(RPC_GPU, 2, "rpc.agreement.top1_agreement")), ".1f"),
-    F(README, "(the limits: {} and 75 %)", verify(RPC_GPU, 2, "rpc.agreement.max_relative_error"), ".1f"),
-    F(README, "(the limits: 0.1 and {} %)", per_cent(verify(RPC_GPU, 2, "rpc.agreement.min_top1_agreement")), ".0f"),
+    # docs/measurements.md and outputs/reference/README.md: RPC on the H100, after repair named the second C++ runtime
+    F(MEASURE, "rebuilt with `-DCMAKE_CXX_COMPILER=/usr/bin/c++` in {} s", build(RPC_GPU, 2, "duration_s"), ".1f"),
+    F(MEASURE, "token generation {} t/s with 0 layers sent, 97.4", rpc_point(0, RPC_GPU, 2), ".1f"),
+    F(MEASURE, "t/s with 0 layers sent, {} with 8", rpc_point(8, RPC_GPU, 2), ".1f"),
+    F(MEASURE, "with 8 and {} with all 17", rpc_point(17, RPC_GPU, 2), ".1f"),
+    F(MEASURE, "server then holding {} MiB), against", verify(RPC_GPU, 2, "rpc.servers.0.held_mib_by_layers.17"),
+      ".1f"),
+    F(MEASURE, "against {} t/s locally without a server", point(RPC_GPU, 2, 0, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "relative error {}, top-1 agreement 85.5", verify(RPC_GPU, 2, "rpc.agreement.relative_error"), ".3f"),
+    F(MEASURE, "top-1 agreement {} % (the limits", per_cent(verify(RPC_GPU, 2, "rpc.agreement.top1_agreement")), ".1f"),
+    F(MEASURE, "(the limits: {} and 75 %)", verify(RPC_GPU, 2, "rpc.agreement.max_relative_error"), ".1f"),
+    F(MEASURE, "(the limits: 0.1 and {} %)", per_cent(verify(RPC_GPU, 2, "rpc.agreement.min_top1_agreement")), ".0f"),
     F(RUNS, "tg {} / 97.4 / 663.6 t/s with 0 / 8 / 17", rpc_point(0, RPC_GPU, 2), ".1f"),
     F(RUNS, "tg 65.8 / {} / 663.6 t/s with 0 / 8 / 17", rpc_point(8, RPC_GPU, 2), ".1f"),
     F(RUNS, "tg 65.8 / 97.4 / {} t/s with 0 / 8 / 17", rpc_point(17, RPC_GPU, 2), ".1f"),
     F(RUNS, "layers sent to the CUDA server, {} t/s locally", point(RPC_GPU, 2, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "layers sent, {} t/s locally", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "t/s locally; {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"), ".1f"),
-    F(README, "all 167 of 167 build steps in {} s", build(HIP, 1, "duration_s"), ".0f"),
-    F(README, "on 2 jobs in {} s, run", build(CUDA_PYPI, 2, "duration_s"), ".0f"),
-    # README.md: Verify against llama-bench, and the tune, on an H100
-    F(README, "verify with the tune took {} s in", step_s(TUNE_7B, "verify"), ".1f"),
+    F(BACKENDS, "all 167 of 167 build steps in {} s", build(HIP, 1, "duration_s"), ".0f"),
+    F(CUDA_PYPI_PAGE, "on 2 jobs in {} s, run", build(CUDA_PYPI, 2, "duration_s"), ".0f"),
+    # docs/measurements.md: Verify against llama-bench, and the tune, on an H100
+    F(MEASURE, "verify with the tune took {} s in", step_s(TUNE_7B, "verify"), ".1f"),
     # README.md: Use it
     F(README, "one cold CPU build took {} s on a 2-core VM", case(CPU_VM, "b"), ".1f"),
-    # README.md: The steps
-    F(README, "`-DLLAVA_BUILD=OFF`, {} instead of 193 ninja steps", case(CPU_VM, "b", "ninja steps")),
-    F(README, "140 instead of {} ninja steps for a CPU wheel", ninja_total(_cpu_build_log())),
-    F(README, "(on a GPU machine: {} instead of 339 ninja steps", ninja_total(REF / MTMD / "build-attempt-1.log")),
-    F(README, "286 instead of {} ninja steps for sm_90", ninja_total(REF / MTMD / "build-attempt-2.log")),
-    F(README, "the repair's rebuild with ccache warm took {} s", build(MTMD, 2, "duration_s"), ".0f"),
-    # README.md: Vulkan on a machine without a GPU
-    F(README, "pinned sdist took {} s on the shared 2-core VM", build(LAVAPIPE, 1, "duration_s"), ".0f"),
-    F(README, "on the shared 2-core VM ({} ninja steps", ninja_total(REF / LAVAPIPE / "build-attempt-1.log")),
-    F(README, "shader generation: {} compiles", build(LAVAPIPE, 1, "ccache.misses")),
-    F(README, "{} steps for a CPU wheel; other builds", case(CPU_VM, "b", "ninja steps")),
-    F(README, "the wheel is {} MB. Verify", mega(build(LAVAPIPE, 1, "wheel.size_bytes")), ".0f"),
-    F(README, "MB. Verify ({} s) found", step_s(LAVAPIPE, "verify"), ".0f"),
-    F(README, "CPU's (relative error {}, top-1 agreement", verify(LAVAPIPE, 1, "agreement.relative_error"), ".3f"),
-    F(README, "top-1 agreement {} %). Its speeds", per_cent(verify(LAVAPIPE, 1, "agreement.top1_agreement")), ".1f"),
-    F(README, "token generation {} t/s on the CPU backend", point(LAVAPIPE, 1, 0, "tg_tokens_per_s"), ".1f"),
-    F(README, "and {} t/s with every layer on lavapipe", point(LAVAPIPE, 1, 5, "tg_tokens_per_s"), ".1f"),
-    # README.md: CUDA against Vulkan on one GPU (overlay.csv)
-    F(README, "(CUDA, built in {} s)", build(CUDA, 1, "duration_s"), ".0f"),
-    F(README, "(Vulkan, built in {} s)", build(VULKAN, 1, "duration_s"), ".0f"),
-    F(README, "CUDA generates {} t/s and Vulkan", overlay("cuda", 17, "tg_tokens_per_s"), ".1f"),
-    F(README, "and Vulkan {} t/s (0.85×)", overlay("vulkan", 17, "tg_tokens_per_s"), ".1f"),
-    F(README, "Vulkan 749.9 t/s ({}×)", lambda: overlay_ratios("tg_tokens_per_s")[17], ".2f"),
-    F(README, "slightly faster, {}k t/s against", thousands(overlay("vulkan", 17, "pp_tokens_per_s")), ".1f"),
-    F(README, "t/s against {}k t/s (1.06×)", thousands(overlay("cuda", 17, "pp_tokens_per_s")), ".1f"),
-    F(README, "against 48.3k t/s ({}×)", lambda: overlay_ratios("pp_tokens_per_s")[17], ".2f"),
-    F(README, "on the CPU (0 to {} layers)", lambda: max(partial_offload("pp_tokens_per_s"))),
-    F(README, "Vulkan processes prompts faster at {}",
+    # docs/steps.md
+    F(STEPS, "`-DLLAVA_BUILD=OFF`, {} instead of 193 ninja steps", case(CPU_VM, "b", "ninja steps")),
+    F(STEPS, "140 instead of {} ninja steps for a CPU wheel", ninja_total(_cpu_build_log())),
+    F(STEPS, "(on a GPU machine: {} instead of 339 ninja steps", ninja_total(REF / MTMD / "build-attempt-1.log")),
+    F(STEPS, "286 instead of {} ninja steps for sm_90", ninja_total(REF / MTMD / "build-attempt-2.log")),
+    F(STEPS, "the repair's rebuild with ccache warm took {} s", build(MTMD, 2, "duration_s"), ".0f"),
+    # docs/backends.md: Vulkan on a machine without a GPU
+    F(BACKENDS, "pinned sdist took {} s on the shared 2-core VM", build(LAVAPIPE, 1, "duration_s"), ".0f"),
+    F(BACKENDS, "on the shared 2-core VM ({} ninja steps", ninja_total(REF / LAVAPIPE / "build-attempt-1.log")),
+    F(BACKENDS, "for a CPU wheel: {} C and C++ compiles, ccache's misses", build(LAVAPIPE, 1, "ccache.misses")),
+    F(BACKENDS, "ccache's misses, {} of them the shader sources ggml-vulkan generates", vulkan_steps("shader sources")),
+    F(BACKENDS, "generates, and {} runs of its shader generator", vulkan_steps("generator runs")),
+    F(BACKENDS, "(465 ninja steps against {} for a CPU wheel", case(CPU_VM, "b", "ninja steps")),
+    F(BACKENDS, "the wheel is {} MB. Verify", mega(build(LAVAPIPE, 1, "wheel.size_bytes")), ".0f"),
+    F(BACKENDS, "MB. Verify ({} s) found", step_s(LAVAPIPE, "verify"), ".0f"),
+    F(BACKENDS, "CPU's (relative error {}, top-1 agreement", verify(LAVAPIPE, 1, "agreement.relative_error"), ".3f"),
+    F(BACKENDS, "top-1 agreement {} %). Its speeds", per_cent(verify(LAVAPIPE, 1, "agreement.top1_agreement")), ".1f"),
+    F(BACKENDS, "token generation {} t/s on the CPU backend", point(LAVAPIPE, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(BACKENDS, "and {} t/s with every layer on lavapipe", point(LAVAPIPE, 1, 5, "tg_tokens_per_s"), ".1f"),
+    # docs/backends.md: CUDA against Vulkan on one GPU (overlay.csv)
+    F(BACKENDS, "(CUDA, built in {} s)", build(CUDA, 1, "duration_s"), ".0f"),
+    F(BACKENDS, "(Vulkan, built in {} s)", build(VULKAN, 1, "duration_s"), ".0f"),
+    F(BACKENDS, "CUDA generates {} t/s and Vulkan", overlay("cuda", 17, "tg_tokens_per_s"), ".1f"),
+    F(BACKENDS, "and Vulkan {} t/s (0.85×)", overlay("vulkan", 17, "tg_tokens_per_s"), ".1f"),
+    F(BACKENDS, "Vulkan 749.9 t/s ({}×)", lambda: overlay_ratios("tg_tokens_per_s")[17], ".2f"),
+    F(BACKENDS, "slightly faster, {}k t/s against", thousands(overlay("vulkan", 17, "pp_tokens_per_s")), ".1f"),
+    F(BACKENDS, "t/s against {}k t/s (1.06×)", thousands(overlay("cuda", 17, "pp_tokens_per_s")), ".1f"),
+    F(BACKENDS, "against 48.3k t/s ({}×)", lambda: overlay_ratios("pp_tokens_per_s")[17], ".2f"),
+    F(BACKENDS, "on the CPU (0 to {} layers)", lambda: max(partial_offload("pp_tokens_per_s"))),
+    F(BACKENDS, "Vulkan processes prompts faster at {}",
       lambda: "every layer count" if min(partial_offload("pp_tokens_per_s").values()) > 1 else "some layer counts"),
-    F(README, "layer count ({}× to", lambda: min(partial_offload("pp_tokens_per_s").values()), ".2f"),
-    F(README, "× to {}× CUDA's speed)", lambda: max(partial_offload("pp_tokens_per_s").values()), ".2f"),
-    F(README, "in generation CUDA is ahead at {} layers",
+    F(BACKENDS, "layer count ({}× to", lambda: min(partial_offload("pp_tokens_per_s").values()), ".2f"),
+    F(BACKENDS, "× to {}× CUDA's speed)", lambda: max(partial_offload("pp_tokens_per_s").values()), ".2f"),
+    F(BACKENDS, "in generation CUDA is ahead at {} layers",
       lambda: _and([n for n, r in sorted(partial_offload("tg_tokens_per_s").items()) if r < 1])),
-    F(README, "layers (Vulkan {}×)", lambda: "× and ".join(
+    F(BACKENDS, "layers (Vulkan {}×)", lambda: "× and ".join(
         format(r, ".2f") for _, r in sorted(partial_offload("tg_tokens_per_s").items()) if r < 1)),
-    F(README, "and Vulkan at {} (",
+    F(BACKENDS, "and Vulkan at {} (",
       lambda: _and([n for n, r in sorted(partial_offload("tg_tokens_per_s").items()) if r > 1])),
-    F(README, "and 14 ({}× to", lambda: min(r for r in partial_offload("tg_tokens_per_s").values() if r > 1), ".2f"),
-    F(README, "× to {}×).", lambda: max(r for r in partial_offload("tg_tokens_per_s").values() if r > 1), ".2f"),
-    # README.md: Measured on a GPU machine
-    F(README, "built the wheel in {} s, found GPU", build(GPU_1B, 1, "duration_s"), ".0f"),
-    F(README, "(relative error {} over 256 positions", verify(GPU_1B, 1, "agreement.relative_error"), ".3f"),
-    F(README, "rising from {} t/s with no layer", point(GPU_1B, 1, 0, "tg_tokens_per_s"), ".1f"),
-    F(README, "on the GPU to {} t/s with all 17", point(GPU_1B, 1, 17, "tg_tokens_per_s"), ".0f"),
-    F(README, "low-level API is {} t/s for token generation", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".1f"),
-    F(README, "against llama-bench's {} (ratio", point(WITH_BENCH, 1, 17, "bench_tg_tokens_per_s"), ".1f"),
-    F(README, "llama-bench's 932.1 (ratio {}) and", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
-    F(README, "and {}k t/s for prompt processing", thousands(point(WITH_BENCH, 1, 17, "pp_tokens_per_s")), ".1f"),
-    F(README, "for prompt processing (ratio {});", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
-    F(README, "GPU ({} GB/s ÷", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
-    F(README, "GB/s ÷ {} GB) is", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
-    F(README, "GB) is {} t/s, so generation", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
-    F(README, "generation reaches {} % of it", per_cent(point(WITH_BENCH, 1, 17, "tg_bandwidth_fraction")), ".1f"),
-    F(README, "Q4_0 model ({} GB)", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
-    F(README, "token generation {} t/s with no layer on the GPU, 362.9", point(GPU_7B, 1, 0, "tg_tokens_per_s"), ".1f"),
-    F(README, "on the GPU, {} t/s with all 33", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
-    F(README, "with all 33 (llama-bench {},", point(GPU_7B, 1, 33, "bench_tg_tokens_per_s"), ".1f"),
-    F(README, "348.6, ratio {}; 28.6", point(GPU_7B, 1, 33, "tg_ratio"), ".3f"),
-    F(README, "1.041; {} % of the 1270", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
-    F(README, "% of the {} t/s bandwidth limit), logits", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
-    F(README, "logits relative error {} and top-1", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
-    F(README, "top-1 agreement {} % against the CPU", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
-    F(README, "libmtmd left out, {} ninja steps), measured", case(H100, "b", "ninja steps")),
-    F(README, "took {} s cold against 385.2 s for a plain", case(H100, "b"), ".1f"),
-    F(README, "cold against {} s for a plain `pip wheel` with the same", case(H100, "a"), ".1f"),
-    F(README, "`CMAKE_ARGS`, {} s after a one-flag change", case(H100, "c"), ".1f"),
-    F(README, "one-flag change (ccache: {} hits)", case(H100, "c", "hits")),
-    F(README, "hits) and {} s unchanged (wheel cache)", case(H100, "d"), ".1f"),
-    F(README, "from the wheel cache in {} s. Found there", build(WRONG_ARCH, 2, "duration_s"), ".1f"),
-    # README.md: A fleet (the shared compiler cache)
-    F(README, "second machine's cold CPU build took {} s", case(CPU_VM, "e"), ".1f"),
-    F(README, "CPU build took 49.1 s ({} remote hits, 10", case(CPU_VM, "e", "remote")),
-    F(README, "117 remote hits, {} misses) against", case(CPU_VM, "e", "misses")),
-    F(README, "10 misses) against {} s cold; on one GPU machine", case(CPU_VM, "b"), ".1f"),
-    F(README, "sm_90 build took {} s (271 remote hits", case(H100, "e"), ".1f"),
-    F(README, "sm_90 build took 37.6 s ({} remote hits, no misses)", case(H100, "e", "remote")),
-    F(README, "271 remote hits, {} misses) against 394.2",
+    F(BACKENDS, "and 14 ({}× to", lambda: min(r for r in partial_offload("tg_tokens_per_s").values() if r > 1), ".2f"),
+    F(BACKENDS, "× to {}×).", lambda: max(r for r in partial_offload("tg_tokens_per_s").values() if r > 1), ".2f"),
+    # docs/measurements.md: Measured on a GPU machine
+    F(MEASURE, "built the wheel in {} s, found GPU", build(GPU_1B, 1, "duration_s"), ".0f"),
+    F(MEASURE, "(relative error {} over 256 positions", verify(GPU_1B, 1, "agreement.relative_error"), ".3f"),
+    F(MEASURE, "rising from {} t/s with no layer", point(GPU_1B, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "on the GPU to {} t/s with all 17", point(GPU_1B, 1, 17, "tg_tokens_per_s"), ".0f"),
+    F(MEASURE, "low-level API is {} t/s for token generation", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "against llama-bench's {} (ratio", point(WITH_BENCH, 1, 17, "bench_tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "llama-bench's 932.1 (ratio {}) and", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
+    F(MEASURE, "and {}k t/s for prompt processing", thousands(point(WITH_BENCH, 1, 17, "pp_tokens_per_s")), ".1f"),
+    F(MEASURE, "for prompt processing (ratio {});", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
+    F(MEASURE, "GPU ({} GB/s ÷", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
+    F(MEASURE, "GB/s ÷ {} GB) is", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
+    F(MEASURE, "GB) is {} t/s, so generation", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(MEASURE, "generation reaches {} % of it", per_cent(point(WITH_BENCH, 1, 17, "tg_bandwidth_fraction")), ".1f"),
+    F(MEASURE, "Q4_0 model ({} GB)", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
+    F(MEASURE, "token generation {} t/s with no layer on the GPU, 362.9", point(GPU_7B, 1, 0, "tg_tokens_per_s"),
+      ".1f"),
+    F(MEASURE, "on the GPU, {} t/s with all 33", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "with all 33 (llama-bench {},", point(GPU_7B, 1, 33, "bench_tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "348.6, ratio {}; 28.6", point(GPU_7B, 1, 33, "tg_ratio"), ".3f"),
+    F(MEASURE, "1.041; {} % of the 1270", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
+    F(MEASURE, "% of the {} t/s bandwidth limit), logits", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(MEASURE, "logits relative error {} and top-1", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
+    F(MEASURE, "top-1 agreement {} % against the CPU", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
+    F(MEASURE, "libmtmd left out, {} ninja steps), measured", case(H100, "b", "ninja steps")),
+    F(MEASURE, "took {} s cold against 385.2 s for a plain", case(H100, "b"), ".1f"),
+    F(MEASURE, "cold against {} s for a plain `pip wheel` with the same", case(H100, "a"), ".1f"),
+    F(MEASURE, "`CMAKE_ARGS`, {} s after a one-flag change", case(H100, "c"), ".1f"),
+    F(MEASURE, "one-flag change (ccache: {} hits)", case(H100, "c", "hits")),
+    F(MEASURE, "hits) and {} s unchanged (wheel cache)", case(H100, "d"), ".1f"),
+    F(MEASURE, "from the wheel cache in {} s. Found there", build(WRONG_ARCH, 2, "duration_s"), ".1f"),
+    # docs/fleet.md: the shared compiler cache
+    F(FLEET, "second machine's cold CPU build took {} s", case(CPU_VM, "e"), ".1f"),
+    F(FLEET, "CPU build took 49.1 s ({} remote hits, 10", case(CPU_VM, "e", "remote")),
+    F(FLEET, "117 remote hits, {} misses) against", case(CPU_VM, "e", "misses")),
+    F(FLEET, "10 misses) against {} s cold; on one GPU machine", case(CPU_VM, "b"), ".1f"),
+    F(FLEET, "sm_90 build took {} s (271 remote hits", case(H100, "e"), ".1f"),
+    F(FLEET, "sm_90 build took 37.6 s ({} remote hits, no misses)", case(H100, "e", "remote")),
+    F(FLEET, "271 remote hits, {} misses) against 394.2",
       lambda: "no" if case(H100, "e", "misses")() == 0 else case(H100, "e", "misses")()),
-    F(README, "no misses) against {} s cold and", case(H100, "b"), ".1f"),
-    F(README, "cold and {} s for a plain `pip wheel`, 0.098×", case(H100, "a"), ".1f"),
-    F(README, "for a plain `pip wheel`, {}× ([`benchmarks/README.md`]", case(H100, "e", "ratio"), ".3f"),
+    F(FLEET, "no misses) against {} s cold in the same command", case(H100, "b"), ".1f"),
+    F(FLEET, "cold in the same command, {}× ([`benchmarks/README.md`]", lambda: case(H100, "e")() / case(H100, "b")(),
+      ".3f"),
+    F(FLEET, "against the {} s of a plain `pip wheel` timed by", case(H100, "a"), ".1f"),
+    F(FLEET, "timed by the sitting's first command, {}×.", case(H100, "e", "ratio"), ".3f"),
 
     # benchmarks/README.md: Throughput
     F(BENCH, "llama-bench (ratio {} for generation,", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
@@ -657,11 +699,33 @@ FIGURES = [
     F(RUNS, "`n_batch=2048`: {}× prompt processing", tune_gain(4096, "pp"), ".2f"),
     F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
     F(BENCH, "`playbook diagnose` on a {} MB log: a long build log", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
-    F(README, "the lines that hold it. A {} MB build log takes seconds", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
-    F(README, "this stage alone names {} of 1252 train logs rightly", similarity_stage(1)),
-    F(README, "this stage alone names 794 of {} train logs rightly", similarity_stage(2)),
-    F(README, "rightly, {} of them logs that only seem", similarity_stage(3)),
-    F(README, "failed, and {} wrongly (`benchmarks/results/similarity-loto-cpu-vm.txt`)", similarity_stage(4)),
+    # docs/measurements.md: the GPU acceptance gate (its last run, outputs/reference/gpu-acceptance.json)
+    F(MEASURE, "wheel was built on attempt 1 in {} s, and verify", build(GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "with no repair, ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
+    F(MEASURE, "ok in 159 s: token generation {} t/s with all 17 layers", point(GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "not met** at 3 layers (pp {})", point(GATE, 1, 3, "pp_ratio"), ".3f"),
+    F(MEASURE, "at 10 layers (pp {}, tg", point(GATE, 1, 10, "pp_ratio"), ".3f"),
+    F(MEASURE, "(pp 0.942, tg {}). At 10 layers", point(GATE, 1, 10, "tg_ratio"), ".3f"),
+    F(MEASURE, "on both sides of 1 (pp {}, tg", cell(GATE, 1, 10, "pp_ratio_range")),
+    F(MEASURE, "(pp 0.877-1.182, tg {}): the variation", cell(GATE, 1, 10, "tg_ratio_range")),
+    F(MEASURE, "ahead in prompt processing ({}), which", cell(GATE, 1, 3, "pp_ratio_range")),
+    F(MEASURE, "did not reappear: tg {}, 1.008 and", point(GATE, 1, 3, "tg_ratio"), ".3f"),
+    F(MEASURE, "did not reappear: tg 0.983, {} and", point(GATE, 1, 7, "tg_ratio"), ".3f"),
+    F(MEASURE, "tg 0.983, 1.008 and {} here.", point(GATE, 1, 10, "tg_ratio"), ".3f"),
+    # outputs/reference/README.md: the GPU acceptance gate's run
+    F(RUNS, "built on attempt 1 in {} s, verify ok", build(GATE, 1, "duration_s"), ".0f"),
+    F(RUNS, "verify ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
+    F(RUNS, "token generation {} t/s with all 17 layers (56.7", point(GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "with all 17 layers ({} with none)", point(GATE, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "logits against the CPU relative error {}, top-1", verify(GATE, 1, "agreement.relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %. The yardstick's", per_cent(verify(GATE, 1, "agreement.top1_agreement")), ".0f"),
+    F(RUNS, "at 0, 3, 7, 10, 14, 17 layers: pp {}; tg", medians(GATE, "pp")),
+    F(RUNS, "; tg {} |", medians(GATE, "tg")),
+    F(KB, "the lines that hold it. A {} MB build log takes seconds", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
+    F(KB, "this stage alone names {} of 1252 train logs rightly", similarity_stage(1)),
+    F(KB, "this stage alone names 794 of {} train logs rightly", similarity_stage(2)),
+    F(KB, "rightly, {} of them logs that only seem", similarity_stage(3)),
+    F(KB, "failed, and {} wrongly (`benchmarks/results/similarity-loto-cpu-vm.txt`)", similarity_stage(4)),
 ]
 
 EXCERPTS = [
@@ -672,11 +736,13 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{CPU_VM}, its table", results_table(CPU_VM, "AMD EPYC")),
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
     Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}, as printed", lambda: printed(SIMILARITY).rstrip("\n")),
-    Excerpt(README, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
-    Excerpt(README, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}", lambda: _yardstick().table(REF / YARDSTICK)),
-    Excerpt(README, f"benchmarks/yardstick_table.py --by-repetition outputs/reference/{YARDSTICK}",
+    Excerpt(KB, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
+    Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{GATE}", lambda: _yardstick().table(REF / GATE)),
+    Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}",
+            lambda: _yardstick().table(REF / YARDSTICK)),
+    Excerpt(MEASURE, f"benchmarks/yardstick_table.py --by-repetition outputs/reference/{YARDSTICK}",
             lambda: _yardstick().repetition_table(REF / YARDSTICK)),
-    Excerpt(README, f"benchmarks/yardstick_table.py --tune outputs/reference/{TUNE_7B}",
+    Excerpt(MEASURE, f"benchmarks/yardstick_table.py --tune outputs/reference/{TUNE_7B}",
             lambda: _yardstick().tune_table(REF / TUNE_7B)),
 ]
 
@@ -756,10 +822,10 @@ def test_the_scanner_finds_the_figures_it_is_meant_to():
 def test_a_changed_figure_is_caught():
     """The comparison is exact in every printed digit, both ways: a README that says 0.108× where the file
     gives 0.098 fails, and so would 3.0."""
-    figure = next(f for f in FIGURES if f.template.startswith("for a plain `pip wheel`, {}×"))
+    figure = next(f for f in FIGURES if f.template.startswith("timed by the sitting's first command, {}×"))
     assert figure.value() == "0.098"
     for wrong in ("0.108", "3.000", "0.097"):
-        assert figure.template.replace("{}", wrong) not in readme_text(README)
+        assert figure.template.replace("{}", wrong) not in readme_text(figure.readme)
 
 
 @pytest.mark.parametrize("name", [H100, CPU_VM])

@@ -87,7 +87,7 @@ def test_every_cell_asks_for_a_toolkit_the_plan_accepts():
     assert len(pairs) == cells["spec"]["completions"]
     for _, release in pairs:
         check_spec(f"pypi:{release}", "linux-x86_64")
-    assert kubernetes_cells((ROOT / "README.md").read_text()) == pairs  # the README's excerpt of that file
+    assert kubernetes_cells((ROOT / "docs" / "fleet.md").read_text()) == pairs  # the fleet page's excerpt of that file
 
 
 def test_a_release_without_nvcc_is_refused():
