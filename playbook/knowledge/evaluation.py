@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("corpus", nargs="?", type=Path, default=default_corpus(), help="the corpus folder")
     parser.add_argument("--part", choices=PARTS, action="append", help="train, test (default: both)")
     parser.add_argument("--misses", action="store_true", help="list the train logs that are not named")
-    parser.add_argument("--update-readme", action="store_true", help="rewrite README.md's corpus tables (both parts)")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="rewrite the corpus tables (both parts) in docs/knowledge-base.md")
     args = parser.parse_args(argv)
     short = []
     results = {}
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in family.missed:
                     print(f"  missed: {part}/{family.family}/{name}")
     if args.update_readme:
-        readme = Path(__file__).resolve().parents[2] / "README.md"
+        readme = Path(__file__).resolve().parents[2] / "docs" / "knowledge-base.md"
         update_readme(readme, results.get("train") or evaluate(args.corpus, "train"),
                       results.get("test") or evaluate(args.corpus, "test"))
         print(f"rewrote the corpus tables in {readme.name}")
