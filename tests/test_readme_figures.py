@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 REF = ROOT / "outputs" / "reference"
@@ -72,7 +73,9 @@ RPC = "20261125T155256Z-vm"  # RPC client and server on the CPU-only VM
 RPC_GPU = "20261125T214733Z-vm"  # H100: CPU+RPC client (repaired: cxx-runtime-copies), CUDA rpc-server
 OPENBLAS_VS_CPU = "openblas-vs-cpu-vm.txt"
 HIP = "20261125T145359Z-vm"  # HIP compiled with Debian 13's ROCm on the CPU-only VM
-GATE = "20261129T030438Z-vm"  # H200, the GPU acceptance gate's last run (outputs/reference/gpu-acceptance.json)
+GATE = "20261129T030438Z-vm"  # H200, the GPU acceptance gate's first run
+LAST_GATE = "20261129T034250Z-vm"  # H200, the gate's last run (outputs/reference/gpu-acceptance.json)
+TUNE_H200 = "20261129T035051Z-vm"  # H200, the 7B tune per workload right after the last gate
 
 
 def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
@@ -166,6 +169,32 @@ def cell(run: str, attempt: int, ngl: int, column: str) -> Callable[[], str]:
     """One sweep point's column in throughput-attempt-N.csv, as written (a range such as 0.877-1.182)."""
     return lambda: next(r[column] for r in _rows(REF / run / f"throughput-attempt-{attempt}.csv")
                         if int(r["n_gpu_layers"]) == ngl)
+
+
+def recommended_gain(run: str, target: int, workload: str, depth: int) -> Callable[[], float]:
+    """The side-by-side gain of a tune's recommendation for one workload at one depth (tune-attempt-1.json)."""
+    def read() -> float:
+        recommendation = next(r for r in _json(REF / run / "tune-attempt-1.json")["targets"][target]["recommendations"]
+                              if r["workload"] == workload)
+        return next(row["gain"] for row in recommendation["gains"] if row["depth"] == depth)
+    return read
+
+
+def target_gain(run: str, target: int, depth: int, test: str) -> Callable[[], float]:
+    """A tune target's side-by-side gain (tune-attempt-1.json's ``gains``, as tunes before per-workload ones wrote)."""
+    return lambda: next(row["gain"] for row in _json(REF / run / "tune-attempt-1.json")["targets"][target]["gains"]
+                        if row["depth"] == depth and row["test"] == test)
+
+
+def profile_value(name: str, dotted: str) -> Callable[[], object]:
+    """A value of a profile in params/ (``verify.tune_budget_s``)."""
+    return lambda: _dig(yaml.safe_load((ROOT / "params" / name).read_text()), dotted)
+
+
+def tune_trial(run: str, target: int, label: str, depth: int, test: str) -> Callable[[], float]:
+    """One trial's rate in a tune (tune-attempt-1.json)."""
+    return lambda: next(t["rates"][str(depth)][test] for t in _json(REF / run / "tune-attempt-1.json")["targets"][target]
+                        ["trials"] if t["label"] == label)
 
 
 def medians(run: str, test: str) -> Callable[[], str]:
@@ -712,6 +741,49 @@ FIGURES = [
     F(MEASURE, "did not reappear: tg {}, 1.008 and", point(GATE, 1, 3, "tg_ratio"), ".3f"),
     F(MEASURE, "did not reappear: tg 0.983, {} and", point(GATE, 1, 7, "tg_ratio"), ".3f"),
     F(MEASURE, "tg 0.983, 1.008 and {} here.", point(GATE, 1, 10, "tg_ratio"), ".3f"),
+    # docs/measurements.md: the gate's last run and the tune right after it
+    F(MEASURE, "of the same kind: the same plan, built on attempt 1 in {} s", build(LAST_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "built on attempt 1 in 279 s, verify ok in {} s", step_s(LAST_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation {} t/s with\nall 17 layers", point(LAST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "and behind in this one ({})", cell(LAST_GATE, 1, 3, "pp_ratio_range")),
+    F(MEASURE, "every generation pair\nis below 1 here ({})", cell(LAST_GATE, 1, 10, "tg_ratio_range")),
+    F(MEASURE, "moved from 919.5 to {} t/s", point(LAST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "wheel cache (reused in {} s): verify", step_s(TUNE_H200, "build"), ".1f"),
+    F(MEASURE, "): verify took {} s, the tune", step_s(TUNE_H200, "verify"), ".1f"),
+    F(MEASURE, "tg {}× at depth 0 and 1.151×", recommended_gain(TUNE_H200, 0, "tg", 0), ".3f"),
+    F(MEASURE, "tg 1.195× at depth 0 and {}× at depth 4096", recommended_gain(TUNE_H200, 0, "tg", 4096), ".3f"),
+    F(MEASURE, "pp {}×\n  and 1.064×", recommended_gain(TUNE_H200, 0, "pp", 0), ".3f"),
+    F(MEASURE, "and {}×. Generation at depth 4096", recommended_gain(TUNE_H200, 0, "pp", 4096), ".3f"),
+    F(MEASURE, "(pp {}× at depth 0, 1.533×", recommended_gain(TUNE_H200, 1, "pp", 0), ".3f"),
+    F(MEASURE, "1.804× at depth 0, {}× at 4096", recommended_gain(TUNE_H200, 1, "pp", 4096), ".3f"),
+    F(MEASURE, "depth 4096 ({} against 30.0 t/s)", tune_trial(TUNE_H200, 1, "flash_attn=on", 4096, "tg"), ".1f"),
+    F(MEASURE, "(26.4 against {} t/s)", tune_trial(TUNE_H200, 1, "defaults (Llama())", 4096, "tg"), ".1f"),
+    F(MEASURE, "polling at 0 only (tg {}×, 1.019×)", recommended_gain(TUNE_H200, 1, "tg", 0), ".3f"),
+    F(MEASURE, "(tg 1.014×, {}×)", recommended_gain(TUNE_H200, 1, "tg", 4096), ".3f"),
+    F(MEASURE, "in the first run ({}) and behind", cell(GATE, 1, 3, "pp_ratio_range")),
+    F(MEASURE, "within `verify.tune_budget_s`\n{} s", profile_value("gpu-tune.yaml", "verify.tune_budget_s")),
+    F(MEASURE, "at depth 4096 fell to {}×.", target_gain(TUNE_7B, 1, 4096, "tg"), ".3f"),
+    # outputs/reference/README.md: the gate's last run and the tune
+    F(RUNS, "built on attempt 1 in {} s, verify ok in 165 s", build(LAST_GATE, 1, "duration_s"), ".0f"),
+    F(RUNS, "token generation {} t/s with all 17 layers (61.8", point(LAST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "with all 17 layers ({} with none); logits", point(LAST_GATE, 1, 0, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "Yardstick medians over 5 pairs at 0, 3, 7, 10, 14, 17 layers: pp {}; tg", medians(LAST_GATE, "pp")),
+    F(RUNS, "1.011, 0.989; tg {}. Against", medians(LAST_GATE, "tg")),
+    F(RUNS, "in 279 s, verify ok in {} s: token generation", step_s(LAST_GATE, "verify"), ".0f"),
+    F(RUNS, "with none); logits relative error {}, top-1", verify(LAST_GATE, 1, "agreement.relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %. Yardstick", per_cent(verify(LAST_GATE, 1, "agreement.top1_agreement")), ".0f"),
+    F(RUNS, "moved full offload from 919.5 to {} t/s", point(LAST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(RUNS, "the wheel reused ({} s)", step_s(TUNE_H200, "build"), ".1f"),
+    F(RUNS, "for both, tg 1.195× / {}× and pp", recommended_gain(TUNE_H200, 0, "tg", 4096), ".3f"),
+    F(RUNS, "and pp {}× / 1.064×", recommended_gain(TUNE_H200, 0, "pp", 0), ".3f"),
+    F(RUNS, "and pp 1.127× / {}× at depth", recommended_gain(TUNE_H200, 0, "pp", 4096), ".3f"),
+    F(RUNS, "for prompts (pp {}× / 1.533×)", recommended_gain(TUNE_H200, 1, "pp", 0), ".3f"),
+    F(RUNS, "(26.4 against {} t/s), so", tune_trial(TUNE_H200, 1, "defaults (Llama())", 4096, "tg"), ".1f"),
+    F(RUNS, "polling 0 only (tg {}× / 1.019×)", recommended_gain(TUNE_H200, 1, "tg", 0), ".3f"),
+    F(RUNS, "(tg 1.014× / {}×)", recommended_gain(TUNE_H200, 1, "tg", 4096), ".3f"),
+    F(RUNS, "verify {} s, the tune at full offload", step_s(TUNE_H200, "verify"), ".1f"),
+    F(RUNS, "tg {}× / 1.151×", recommended_gain(TUNE_H200, 0, "tg", 0), ".3f"),
+    F(RUNS, "(pp 1.804× / {}×)", recommended_gain(TUNE_H200, 1, "pp", 4096), ".3f"),
     # outputs/reference/README.md: the GPU acceptance gate's run
     F(RUNS, "built on attempt 1 in {} s, verify ok", build(GATE, 1, "duration_s"), ".0f"),
     F(RUNS, "verify ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
@@ -738,6 +810,8 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}, as printed", lambda: printed(SIMILARITY).rstrip("\n")),
     Excerpt(KB, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{GATE}", lambda: _yardstick().table(REF / GATE)),
+    Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{LAST_GATE}",
+            lambda: _yardstick().table(REF / LAST_GATE)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{YARDSTICK}",
             lambda: _yardstick().table(REF / YARDSTICK)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py --by-repetition outputs/reference/{YARDSTICK}",
