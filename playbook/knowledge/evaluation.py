@@ -9,11 +9,19 @@ no finding at all: any finding there, ``unrecognised-failure`` included, is a fa
 
 ``python -m playbook.knowledge.evaluation [--part train|test] [CORPUS]`` prints the table; the tests print
 it for both parts and hold the test part to :data:`GOAL`.
+
+The ``frozen`` part (``tests/data/corpus/frozen/``, issue 33) is logs from projects with no log elsewhere in the
+corpus, gathered and labelled before any rule of the next round was written. Only ``--part frozen`` reads it,
+never by default: its table is read once, at the end of an issue, as the figure for "logs nobody tuned to".
+Before scoring it, every file's sha256 is checked against ``frozen/MANIFEST.json``; a file changed, added or
+missing is refused (exit status 2, naming the file). Its output is the aggregate table only, no file names.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +29,10 @@ from pathlib import Path
 from playbook.knowledge.corpus import CORPUS_FAMILIES, PARTS, thread_key
 
 CLEAN = "clean"
+FROZEN = "frozen"  # the held-out part of issue 33: read only by --part frozen, after its manifest is checked
+FROZEN_LABEL = "frozen part (logs nobody tuned to)"
+FROZEN_MANIFEST = "MANIFEST.json"
+FROZEN_UNHASHED = (FROZEN_MANIFEST, "README.md")  # the folder's only files that the manifest does not hash
 HEADER_SOURCE = "# source:"
 HEADER_EXPECTED = "# expected:"
 
@@ -62,14 +74,58 @@ def parse_corpus_log(path: Path, part: str, family: str) -> CorpusLog:
 
 
 def read_corpus(root: Path, part: str) -> list[CorpusLog]:
-    """Every log of one part of the corpus under ``root``, family by family, in name order."""
+    """Every log of one part of the corpus under ``root``, family by family, in name order. The frozen part
+    is read only by :func:`read_frozen`, which checks its manifest first."""
     if part not in PARTS:
         raise ValueError(f"part {part!r}: one of {', '.join(PARTS)}")
+    return _read_part(root, part)
+
+
+def _read_part(root: Path, part: str) -> list[CorpusLog]:
     logs = []
     for folder in sorted(p for p in (root / part).glob("*") if p.is_dir()):
         for path in sorted(folder.glob("*.txt")):
             logs.append(parse_corpus_log(path, part, folder.name))
     return logs
+
+
+class FrozenPartRefused(Exception):
+    """The frozen part differs from its manifest: a file changed, added or missing."""
+
+
+def frozen_file_hashes(folder: Path) -> dict[str, str]:
+    """The sha256 of every file under the frozen part's ``folder`` (relative POSIX path: hex digest), its
+    manifest and README left out: what ``MANIFEST.json``'s ``files`` holds."""
+    return {path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(p for p in folder.rglob("*") if not p.is_dir())
+            if path.relative_to(folder).as_posix() not in FROZEN_UNHASHED}
+
+
+def verify_frozen(folder: Path) -> None:
+    """Refuse (:class:`FrozenPartRefused`, naming the files) unless the files under ``folder`` are exactly
+    those of its ``MANIFEST.json`` with the same sha256."""
+    manifest_path = folder / FROZEN_MANIFEST
+    if not manifest_path.is_file():
+        raise FrozenPartRefused(f"{manifest_path}: no manifest, so the frozen part cannot be checked")
+    try:
+        expected = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise FrozenPartRefused(f"{manifest_path}: not a manifest with a 'files' table ({error})") from error
+    found = frozen_file_hashes(folder)
+    problems = [f"{name}: changed since it was frozen (sha256 {found[name]}, manifest {expected[name]})"
+                for name in sorted(set(found) & set(expected)) if found[name] != expected[name]]
+    problems += [f"{name}: added after the part was frozen (not in {FROZEN_MANIFEST})"
+                 for name in sorted(set(found) - set(expected))]
+    problems += [f"{name}: missing (in {FROZEN_MANIFEST}, not on disk)" for name in sorted(set(expected) - set(found))]
+    if problems:
+        raise FrozenPartRefused(f"{folder}: the frozen part differs from its manifest, so it is not scored:\n  "
+                                + "\n  ".join(problems))
+
+
+def read_frozen(root: Path) -> list[CorpusLog]:
+    """Every log of the frozen part under ``root`` (the corpus folder), once its manifest is verified."""
+    verify_frozen(root / FROZEN)
+    return _read_part(root, FROZEN)
 
 
 @dataclass
@@ -143,7 +199,8 @@ class Score:
 
     def table(self) -> str:
         """A Markdown table, one row per family with logs, then the overall row."""
-        rows = [f"| family ({self.part}) | logs | named | recall | named wrong | wrong-name rate | precision | "
+        label = FROZEN_LABEL if self.part == FROZEN else self.part
+        rows = [f"| family ({label}) | logs | named | recall | named wrong | wrong-name rate | precision | "
                 "findings on clean logs |", "|---|---|---|---|---|---|---|---|"]
         for name in CORPUS_FAMILIES:
             family = self.families.get(name)
@@ -193,7 +250,8 @@ def score(logs: list[CorpusLog], part: str) -> Score:
 
 
 def evaluate(root: Path, part: str) -> Score:
-    return score(read_corpus(root, part), part)
+    """The score of one part; the frozen part only after its manifest is verified (else FrozenPartRefused)."""
+    return score(read_frozen(root) if part == FROZEN else read_corpus(root, part), part)
 
 
 def default_corpus() -> Path:
@@ -221,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m playbook.knowledge.evaluation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus", nargs="?", type=Path, default=default_corpus(), help="the corpus folder")
-    parser.add_argument("--part", choices=PARTS, action="append", help="train, test (default: both)")
+    parser.add_argument("--part", choices=(*PARTS, FROZEN), action="append",
+                        help="train, test (default: both); frozen only when asked for: the held-out part, checked "
+                             "against its MANIFEST.json and printed as an aggregate table")
     parser.add_argument("--misses", action="store_true", help="list the train logs that are not named")
     parser.add_argument("--update-readme", action="store_true",
                         help="rewrite the corpus tables (both parts) in docs/knowledge-base.md")
@@ -229,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     short = []
     results = {}
     for part in args.part or PARTS:
-        result = results[part] = evaluate(args.corpus, part)
+        try:
+            result = results[part] = evaluate(args.corpus, part)
+        except FrozenPartRefused as refused:
+            print(f"refused: {refused}", file=sys.stderr)
+            return 2
         print(result.table() + "\n")
         short += result.meets()
         if args.misses and part == "train":

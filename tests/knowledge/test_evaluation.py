@@ -4,12 +4,14 @@ the goal, and docs/knowledge-base.md shows the same tables."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from playbook.knowledge.evaluation import GOAL, Goal, evaluate, main, parse_corpus_log, readme_block, score
+from playbook.knowledge.evaluation import (FROZEN_LABEL, GOAL, FrozenPartRefused, Goal, evaluate, frozen_file_hashes,
+                                           main, parse_corpus_log, readme_block, score)
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "data" / "corpus"
@@ -107,3 +109,65 @@ def test_command_line_prints_the_train_table(tmp_path, capsys):
 
 def test_score_of_no_logs_is_empty():
     assert score([], "test").failure_logs == 0
+
+
+# The frozen part (issue 33): tried here on a synthetic one under tmp_path, never on tests/data/corpus/frozen,
+# whose table is read once, at the end of an issue.
+def _frozen(root: Path) -> Path:
+    """A synthetic frozen part under ``root``: a CPU failure, a clean log, a README, and the manifest of them."""
+    _write(root, "frozen", "cpu", "01.txt", "illegal-instruction", "Illegal instruction (core dumped)\n")
+    _write(root, "frozen", "clean", "02.txt", "none", "Successfully installed llama-cpp-python-0.3.16\n")
+    folder = root / "frozen"
+    (folder / "README.md").write_text("frozen\n", encoding="utf-8")
+    manifest = {"frozen_on": "2026-11-29", "files": frozen_file_hashes(folder)}
+    (folder / "MANIFEST.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return folder
+
+
+def test_frozen_part_prints_only_its_aggregate_table(tmp_path, capsys):
+    folder = _frozen(tmp_path)
+    assert sorted(json.loads((folder / "MANIFEST.json").read_text())["files"]) == ["clean/02.txt", "cpu/01.txt"]
+    assert main([str(tmp_path), "--part", "frozen"]) == 0
+    out = capsys.readouterr().out
+    assert f"| family ({FROZEN_LABEL}) |" in out
+    assert re.search(r"\| `cpu` \| 1 \| 1 \| 100% \| 0 \| 0\.0% \| 100\.0% \| - \|", out)
+    assert "| `clean` | 1 | - | - | - | - | - | 0 |" in out
+    assert "01.txt" not in out and "02.txt" not in out  # no per-case output
+
+
+def test_frozen_part_is_never_read_by_default(tmp_path, capsys):
+    _frozen(tmp_path)
+    _write(tmp_path, "train", "cpu", "03.txt", "illegal-instruction", "Illegal instruction (core dumped)\n")
+    main([str(tmp_path)])
+    assert FROZEN_LABEL not in capsys.readouterr().out
+
+
+def test_a_tampered_frozen_file_is_refused(tmp_path, capsys):
+    folder = _frozen(tmp_path)
+    log = folder / "cpu" / "01.txt"
+    log.write_text(log.read_text(encoding="utf-8").replace("illegal-instruction", "cpu-amx-fault"), encoding="utf-8")
+    assert main([str(tmp_path), "--part", "frozen"]) == 2
+    captured = capsys.readouterr()
+    assert "cpu/01.txt: changed since it was frozen" in captured.err and FROZEN_LABEL not in captured.out
+    with pytest.raises(FrozenPartRefused, match="cpu/01.txt"):
+        evaluate(tmp_path, "frozen")
+
+
+def test_a_file_added_to_the_frozen_part_is_refused(tmp_path, capsys):
+    _frozen(tmp_path)
+    _write(tmp_path, "frozen", "runtime", "04.txt", "process-crash", "Segmentation fault (core dumped)\n")
+    assert main([str(tmp_path), "--part", "frozen"]) == 2
+    assert "runtime/04.txt: added after the part was frozen" in capsys.readouterr().err
+
+
+def test_a_file_missing_from_the_frozen_part_is_refused(tmp_path):
+    folder = _frozen(tmp_path)
+    (folder / "clean" / "02.txt").unlink()
+    with pytest.raises(FrozenPartRefused, match="clean/02.txt: missing"):
+        evaluate(tmp_path, "frozen")
+
+
+def test_a_frozen_part_without_its_manifest_is_refused(tmp_path):
+    (_frozen(tmp_path) / "MANIFEST.json").unlink()
+    with pytest.raises(FrozenPartRefused, match="no manifest"):
+        evaluate(tmp_path, "frozen")
