@@ -145,6 +145,27 @@ def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
     return Path(result.wheel.path)
 
 
+# Fixtures that compile llama.cpp (minutes on this VM). A test that requests one, itself or through another
+# fixture, must be marked slow, so that `./test -m "not slow"` compiles nothing (issue 34): checked at collection.
+COMPILING_FIXTURES = frozenset({"cpu_wheel"})
+
+
+def unmarked_compiling_tests(items) -> list[str]:
+    """The node ids of ``items`` that use a compiling fixture (pytest's own closure of their fixtures) and are
+    not marked slow."""
+    return [item.nodeid for item in items
+            if COMPILING_FIXTURES & set(getattr(item, "fixturenames", ()))
+            and item.get_closest_marker("slow") is None]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    unmarked = unmarked_compiling_tests(items)
+    if unmarked:
+        raise pytest.UsageError(
+            f"these tests compile llama.cpp through {', '.join(sorted(COMPILING_FIXTURES))} but are not marked "
+            "slow (@pytest.mark.slow), so `-m 'not slow'` would build:\n  " + "\n  ".join(unmarked))
+
+
 @pytest.fixture(scope="session")
 def tiny_f16_model(tmp_path_factory) -> Path:
     """The tiny synthetic llama in F16: the quantized CPU kernels fault on this VM's AMX (cpu-amx-fault)."""
