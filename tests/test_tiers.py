@@ -24,13 +24,14 @@ class Item:
 def test_an_unmarked_test_that_reaches_a_compiling_fixture_is_named():
     items = [Item("a", ["tmp_path", "pinned_source", "cpu_wheel"]),  # the closure pytest computes: direct or not
              Item("b", ["tmp_path", "cpu_wheel"], ["slow"]),
+             Item("c", ["built_rpc_server"]),
              Item("d", ["tmp_path", "pinned_source"])]
-    assert conftest.unmarked_compiling_tests(items) == ["a"]
+    assert conftest.unmarked_compiling_tests(items) == ["a", "c"]
 
 
 def test_the_compiling_fixtures_named_are_conftests_own():
     """A renamed fixture would leave the check looking for a name no test uses."""
-    assert conftest.COMPILING_FIXTURES == {"cpu_wheel"}
+    assert conftest.COMPILING_FIXTURES == {"cpu_wheel", "built_rpc_server"}
     for name in conftest.COMPILING_FIXTURES:
         assert name in vars(conftest), name
 
