@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playbook.runfolder.integrity import amend_manifest  # noqa: E402
+from playbook.runfolder.integrity import amend_manifest
 
 WHEELS = "wheelhouse"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playbook.steps.fork_tree import ForkTreeError, assemble, pinned_submodules  # noqa: E402
+from playbook.steps.fork_tree import ForkTreeError, assemble, pinned_submodules
 
 
 def main() -> int:

@@ -146,6 +146,59 @@ def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def built_rpc_server(pinned_source) -> Path:
+    """A real rpc-server (llama.cpp's ggml-rpc-server, CPU) built from the pinned sdist's tree with the server
+    arguments of params/rpc.yaml's plan, through the playbook's own ``build_rpc_server``: in PLAYBOOK_TEST_CACHE
+    when set (CI keeps it, and the slow RPC chain test shares its ccache), else in the session's cache. A second
+    session with the same cache finds the build folder done and only re-checks it. Compiles ggml (minutes)."""
+    import hashlib
+    import os
+
+    from playbook.params import load_params
+    from playbook.resources import params_dir
+    from playbook.steps.caches import stable_tree
+    from playbook.steps.configure import configure
+    from playbook.verify.rpc_server import build_rpc_server
+
+    source, session_cache = pinned_source
+    cache = Path(os.environ.get("PLAYBOOK_TEST_CACHE") or session_cache)
+    params = load_params(params_dir() / "rpc.yaml", ["build.native=false", f"build.cache_dir={cache}"])
+    plan = configure(detect(), params)
+    assert plan.rpc is not None, "params/rpc.yaml plans no rpc-server"
+    key = hashlib.sha256(json.dumps([source.sha256, plan.rpc.server_cmake_args]).encode()).hexdigest()[:16]
+    build_dir = cache / "rpc-server-build" / f"test-{key}-{plan.rpc.server_backend}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    log = build_dir.parent / f"test-{key}.log"
+    build = build_rpc_server(stable_tree(source, cache), plan.rpc, dict(os.environ), build_dir, log, cache,
+                             params.build.timeout_s)
+    if not build.ok:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        pytest.fail(f"building rpc-server failed: {build.error}\n{tail}")
+    return Path(build.binary)
+
+
+# Fixtures that compile llama.cpp (minutes on this VM). A test that requests one, itself or through another
+# fixture, must be marked slow, so that `./test -m "not slow"` compiles nothing (issue 34): checked at collection.
+COMPILING_FIXTURES = frozenset({"cpu_wheel", "built_rpc_server"})
+
+
+def unmarked_compiling_tests(items) -> list[str]:
+    """The node ids of ``items`` that use a compiling fixture (pytest's own closure of their fixtures) and are
+    not marked slow."""
+    return [item.nodeid for item in items
+            if COMPILING_FIXTURES & set(getattr(item, "fixturenames", ()))
+            and item.get_closest_marker("slow") is None]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    unmarked = unmarked_compiling_tests(items)
+    if unmarked:
+        raise pytest.UsageError(
+            f"these tests compile llama.cpp through {', '.join(sorted(COMPILING_FIXTURES))} but are not marked "
+            "slow (@pytest.mark.slow), so `-m 'not slow'` would build:\n  " + "\n  ".join(unmarked))
+
+
+@pytest.fixture(scope="session")
 def tiny_f16_model(tmp_path_factory) -> Path:
     """The tiny synthetic llama in F16: the quantized CPU kernels fault on this VM's AMX (cpu-amx-fault)."""
     from playbook.verify.synthetic_gguf import ModelSpec, write_synthetic_gguf

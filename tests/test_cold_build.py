@@ -5,6 +5,7 @@ and planned; the test checks that they turn off what the README says they turn o
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -31,7 +32,7 @@ def recipes() -> list[list[str]]:
 
 def overrides(command: list[str], cache: Path) -> list[str]:
     assert command[0] == "./run", command
-    sets = [value for flag, value in zip(command, command[1:]) if flag == "--set"]
+    sets = [value for flag, value in itertools.pairwise(command) if flag == "--set"]
     assert len(sets) == command.count("--set") >= 1
     return [value.replace("$(mktemp -d)", str(cache)) for value in sets]
 

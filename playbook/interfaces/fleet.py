@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -73,8 +74,8 @@ def expand_run_dirs(patterns: list[str], downloads: Path | None = None) -> list[
             matches = [download_run(url, folder / url.rstrip("/").rsplit("/", 1)[-1]) for url in urls]
             found += [m for m in matches if m.resolve() not in {p.resolve() for p in found}]
             continue
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        for match in map(Path, matches):
+        names = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        for match in map(Path, names):
             if not RunFolder(match).exists():
                 if glob.has_magic(pattern):
                     continue
@@ -164,7 +165,7 @@ def write_outputs(table, output_dir: str | Path) -> list[Path]:
     speed.set_yticks(list(positions), labels, fontsize=8)
     speed.legend(fontsize=8, loc="lower right")
     for y, value in zip(positions, table["tg_full_offload"]):
-        if value == value and value is not None:  # not NaN
+        if value is not None and not math.isnan(value):
             speed.annotate(f"{value:.0f}", (value, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     build.barh(positions, table["build_s_total"], color="#999")
     build.barh(positions, table["wheel_build_s"].fillna(0), color="#d88b3b", label="attempt whose wheel passed verify")

@@ -115,7 +115,7 @@ def read_summary(run_dir: Path) -> RunSummary:
         attempts=attempts,
         notebooks=[p.name for p in layout.notebooks()],
         plot_png=plot if plot and (run.path / plot).is_file() else "",
-        plot_alt=plot_alt(verified[-1].verify) if verified else "",
+        plot_alt=plot_alt(verified[-1].verify) if verified and verified[-1].verify else "",
         check_lines=check.lines(),
         check_ok=check.ok,
         rpc_png=rpc_png if rpc_png and (run.path / rpc_png).is_file() else "",

@@ -25,8 +25,8 @@ def machine_table(facts: Facts) -> pd.DataFrame:
                + (", WSL" if facts.os.is_wsl else "")),
         ("CPU", f"{facts.cpu.model}, {facts.cpu.logical_cores} logical cores, {' '.join(facts.cpu.flags)}"),
         ("memory", f"{facts.memory.total_mib} MiB, {facts.memory.available_mib} MiB available"),
-        ("Python", f"{facts.python.version} {facts.python.implementation} {facts.python.bits}-bit "
-                   f"({facts.python.executable}), pip {facts.python.pip_version or 'missing'}"),
+        ("Python", (f"{facts.python.version} {facts.python.implementation} {facts.python.bits}-bit "
+                   f"({facts.python.executable}), pip {facts.python.pip_version or 'missing'}")),
         ("compilers", compilers),
         ("CMake", facts.cmake.version if facts.cmake.found else "not found"),
         ("ninja", facts.ninja.version if facts.ninja.found else "not found"),

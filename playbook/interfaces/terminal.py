@@ -114,13 +114,13 @@ class ConsoleReporter:
             bar = tqdm(total=expected or None, desc="  measuring", unit="point", file=sys.stderr, leave=False,
                        disable=not self.terminal)
             while not self._stop.wait(POLL_S):
-                done = len(layout.bench_logs(call.attempt))
-                if done != bar.n:
-                    bar.n = done
+                points = len(layout.bench_logs(call.attempt))
+                if points != bar.n:
+                    bar.n = points
                     bar.refresh()
                 if not self.terminal and time.monotonic() >= next_line:
                     next_line += self.plain_every_s
-                    self.say(f"  {call.label}: measured {done}" + (f" of {expected}" if expected else "")
+                    self.say(f"  {call.label}: measured {points}" + (f" of {expected}" if expected else "")
                              + f" sweep points, {time.monotonic() - started:.0f} s")
         bar.close()
 

@@ -240,7 +240,8 @@ class Walkthrough:
                 watcher.set()
                 poller.join()
             self.status.value = f"{step} done in {time.monotonic() - started:.0f} s. {self._next_hint()}"
-        except Exception as error:  # shown to the person; the step's notebook in the run folder has the trace
+        # Any error is shown to the person; the step's notebook in the run folder has the trace.
+        except Exception as error:  # noqa: BLE001
             self.status.value = (f"<span style='color:#b00'><b>{html.escape(step)} failed:</b> "
                                  f"{html.escape(str(error))}</span>")
         finally:
@@ -248,16 +249,19 @@ class Walkthrough:
             self.refresh()  # after the buttons: an ended chain disables "run next step" again
 
     def _poll_progress(self, step: str, attempt: int, stop: threading.Event) -> None:
+        run = self.run  # set before a step starts; the poller reads the run that step runs in
+        if run is None:
+            return
         expected = len(self.choices.n_gpu_layers.split(",")) if self.choices and self.choices.n_gpu_layers else 1
         started = time.monotonic()
         while not stop.wait(POLL_S):
             if step == "build":
-                done, total = latest_progress(self.run.layout.build_log(attempt))
+                done, total = latest_progress(run.layout.build_log(attempt))
                 self.build_bar.max, self.build_bar.value = max(total, 1), done
                 self.build_label.value = (f"[{done}/{total}] {time.monotonic() - started:.0f} s" if total
                                           else f"configuring… {time.monotonic() - started:.0f} s")
             elif step == "verify":
-                done = sweep_points_done(self.run, attempt)
+                done = sweep_points_done(run, attempt)
                 self.sweep_bar.max, self.sweep_bar.value = max(expected, done, 1), done
                 self.sweep_label.value = f"{done} of {max(expected, done)} layer counts measured"
 

@@ -99,7 +99,7 @@ def test_walkthrough_up_to_the_plan_in_chromium(jupyterlab):
         from playwright.sync_api import expect, sync_playwright
     except ImportError:
         _unavailable("the playwright package is not installed (pip install playwright)")
-    url, root, outputs = jupyterlab
+    url, _root, outputs = jupyterlab
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
     with sync_playwright() as playwright:

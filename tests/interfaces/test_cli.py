@@ -13,7 +13,7 @@ from playbook.interfaces.cli import main
 
 
 def playbook(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "playbook", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "playbook", *args], capture_output=True, text=True, check=False)
 
 
 def test_help_explains_each_command_once():
@@ -122,7 +122,7 @@ def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path
 def test_cmake_args_in_the_environment_are_named_as_ignored():
     env = {**os.environ, "CMAKE_ARGS": "-DGGML_AVX2=off"}
     out = subprocess.run([sys.executable, "-m", "playbook", "plan", "--params", "params/cpu.yaml"],
-                         capture_output=True, text=True, env=env, timeout=300)
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
     assert "CMAKE_ARGS is set in your environment (-DGGML_AVX2=off) and is ignored" in out.stdout
     assert "build.cmake_args" in out.stdout
     assert "-DGGML_AVX2=off" not in out.stdout.split("CMAKE_ARGS=", 1)[1].splitlines()[0]
@@ -130,9 +130,9 @@ def test_cmake_args_in_the_environment_are_named_as_ignored():
 
 def test_ctrl_c_prints_the_exact_resume_command(tmp_path, capsys, monkeypatch):
     """Issue 34: after Ctrl-C only run.json said how to continue; the terminal must say it too."""
-    import playbook.chain
     from conftest import cmake_project
 
+    import playbook.chain
     from playbook.runfolder.folder import Outcome, RunFolder
 
     def ctrl_c(run, call, *, verbose=False):  # what a KeyboardInterrupt in the first step's notebook looks like

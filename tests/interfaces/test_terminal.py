@@ -37,7 +37,7 @@ def test_a_run_shows_one_line_per_step_the_repair_and_one_summary(tmp_path):
          "--set", "source.kind=path", "--set", f"source.path={project}", "--set", "build.max_attempts=2",
          "--set", "build.ccache=off", "--set", f"build.cache_dir={tmp_path / 'cache'}",
          "--set", "build.cmake_args=['-DLLAMA_CUBLAS=on']", "--set", "verify.timeout_s=120"],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=900, check=False)
     shown = done.stdout + done.stderr
     assert done.returncode == ExitCode.RUN_FAILED, shown  # the tiny wheel is not llama_cpp: verify fails
 

@@ -27,7 +27,7 @@ def choices(this_machine, *overrides):
 
 
 def test_choices_default_to_the_plan(this_machine):
-    params, shown = choices(this_machine, "backend=cpu", "build.jobs=3")
+    _params, shown = choices(this_machine, "backend=cpu", "build.jobs=3")
     assert (shown.backend, shown.jobs, shown.source_version) == ("cpu", 3, "0.3.36")
     assert shown.n_gpu_layers == "0"  # no GPU offload: verify measures 0 layers only
 

@@ -17,6 +17,17 @@ REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "data" / "corpus"
 
 
+# The goal as issue 22 set it, written here and not read from the code: lowering GOAL in
+# playbook/knowledge/evaluation.py must not lower what these tests hold the corpus to (issue 34).
+ISSUE_22_GOAL = Goal(overall_recall=0.90, family_recall=0.80, clean_findings=0)
+
+
+def test_the_code_s_goal_is_not_lower_than_the_issue_s():
+    assert GOAL.overall_recall >= ISSUE_22_GOAL.overall_recall
+    assert GOAL.family_recall >= ISSUE_22_GOAL.family_recall
+    assert GOAL.clean_findings <= ISSUE_22_GOAL.clean_findings
+
+
 @pytest.fixture(scope="module")
 def scores(diagnosis_tables):
     results = {part: evaluate(CORPUS, part) for part in ("train", "test")}
@@ -24,13 +35,13 @@ def scores(diagnosis_tables):
     return results
 
 
-# The goal: >= 90% overall and >= 80% in every family on test, no finding on clean logs. Every family and the
+# The goal (issue 22): >= 90% overall and >= 80% in every family on test, no finding on clean logs. Every family and the
 # clean logs meet it: a change that takes a family below 80%, or finds anything in a clean log, fails here.
 def test_test_part_meets_the_family_and_clean_log_goals(scores):
     test = scores["test"]
     if not test.failure_logs:
         pytest.skip("the corpus has no test logs yet")
-    short = [line for line in test.meets(GOAL) if "overall recall" not in line]
+    short = [line for line in test.meets(ISSUE_22_GOAL) if "overall recall" not in line]
     assert not short, "the test part misses the goal:\n" + "\n".join(short)
     assert test.clean_findings == 0
 
@@ -44,7 +55,7 @@ def test_test_part_meets_the_family_and_clean_log_goals(scores):
 # the test part's figures shows as a difference from docs/knowledge-base.md's table, test_readme_shows_the_evaluation.)
 @pytest.mark.xfail(strict=True, reason="precision first: the test part's overall recall is below 90% (issue 33)")
 def test_test_part_meets_the_overall_recall_goal(scores):
-    assert scores["test"].recall >= GOAL.overall_recall
+    assert scores["test"].recall >= ISSUE_22_GOAL.overall_recall
 
 
 def test_clean_train_logs_give_no_finding(scores):
@@ -78,7 +89,7 @@ def test_scoring_counts_the_first_finding_and_any_finding_on_clean_logs(tmp_path
     assert result.recall == pytest.approx(2 / 3)
     assert (result.wrong, result.precision, result.wrong_rate) == (1, pytest.approx(2 / 3), pytest.approx(1 / 3))
     assert result.meets(Goal(0.5, 0.5, 1)) == []
-    assert result.meets(GOAL) == ["train: overall recall 67% < 90%", "train: cuda-toolkit recall 67% < 80%",
+    assert result.meets(ISSUE_22_GOAL) == ["train: overall recall 67% < 90%", "train: cuda-toolkit recall 67% < 80%",
                                   "train: 1 finding(s) on clean logs"]
     assert "| `cuda-toolkit` | 3 | 2 | 67% | 1 | 33.3% | 66.7% | - |" in result.table()
     assert "| `clean` | 2 | - | - | - | - | - | 1 |" in result.table()

@@ -66,13 +66,13 @@ REQUIRED_IDS = [
 
 # Lines that appear in healthy builds and runs; none of them may be taken for a failure.
 HARMLESS_LINES = [
-    "nvcc warning : Support for offline compilation for architectures prior to '<compute/sm/lto>_75' will be "
-    "removed in a future release (Use -Wno-deprecated-gpu-targets to suppress warning).",
+    ("nvcc warning : Support for offline compilation for architectures prior to '<compute/sm/lto>_75' will be "
+    "removed in a future release (Use -Wno-deprecated-gpu-targets to suppress warning)."),
     "-- Using CMAKE_CUDA_ARCHITECTURES=90 CMAKE_CUDA_ARCHITECTURES_NATIVE=No CUDA devices found.-real",
     "-- Could NOT find NCCL (missing: NCCL_LIBRARY NCCL_INCLUDE_DIR) ",
     "-- Warning: NCCL not found, performance for multiple CUDA GPUs will be suboptimal",
-    "-- Warning: ccache not found - consider installing it for faster compilation or disable this warning with "
-    "GGML_CCACHE=OFF",
+    ("-- Warning: ccache not found - consider installing it for faster compilation or disable this warning with "
+    "GGML_CCACHE=OFF"),
     "-- Found OpenMP_CXX: -fopenmp (found version \"4.5\")",
     "-- CUDA Toolkit found",
     "-- Found CUDAToolkit: /usr/local/cuda/targets/x86_64-linux/include (found version \"12.4.131\")",
@@ -81,8 +81,8 @@ HARMLESS_LINES = [
     "-- Including CUDA backend",
     "-- Replacing 120 in CMAKE_CUDA_ARCHITECTURES with 120a",
     "/sbin/ldconfig.real: /usr/lib/wsl/lib/libcuda.so.1 is not a symbolic link",
-    "2024-03-06 10:38:30,059 - scikit_build_core - WARNING - Can't find a Python library, got libdir=None, "
-    "ldlibrary=None, multiarch=None, masd=None",
+    ("2024-03-06 10:38:30,059 - scikit_build_core - WARNING - Can't find a Python library, got libdir=None, "
+    "ldlibrary=None, multiarch=None, masd=None"),
     "ggml_cuda_init: found 1 CUDA devices:",
     "load_tensors: offloaded 33/33 layers to GPU",
     "load_tensors: offloaded 10/33 layers to GPU",

@@ -76,17 +76,17 @@ def test_a_wrapped_clean_line_gives_no_finding(tool):
 # failure line is the relaying tool's report.
 RELAYED_ONLY = {
     "npm": ("npm error code 1\nnpm error path /app/node_modules/node-llama-cpp\nnpm error command failed", 1),
-    "BuildKit": ('#12 30.70 make: Entering directory "/src"\n'
-                 '#12 ERROR: process "/bin/sh -c make" did not complete successfully: exit code: 2', 2),
+    "BuildKit": (('#12 30.70 make: Entering directory "/src"\n'
+                 '#12 ERROR: process "/bin/sh -c make" did not complete successfully: exit code: 2'), 2),
     # train/build-tooling/llamacpp-glue-docker-ubuntu2404-pip-requirements.txt, BuildKit's terminal view
-    "BuildKit terminal": (" => CACHED [runtime 8/9] RUN apt-get install -y python3 python3-pip   0.0s\n"
-                          " => ERROR [runtime 9/9] RUN ./frobnicate.sh                            0.9s", 2),
+    "BuildKit terminal": ((" => CACHED [runtime 8/9] RUN apt-get install -y python3 python3-pip   0.0s\n"
+                          " => ERROR [runtime 9/9] RUN ./frobnicate.sh                            0.9s"), 2),
     # train/windows-env/llamafile-server-exe-defender-virus-powershell.txt, another message
-    "PowerShell": ("Program 'x.exe' failed to run: The frobnicator refusedAt line:1 char:1\n+ .\\x.exe\n+ ~~~~~~~.\n"
+    "PowerShell": (("Program 'x.exe' failed to run: The frobnicator refusedAt line:1 char:1\n+ .\\x.exe\n+ ~~~~~~~.\n"
                    "    + CategoryInfo          : ResourceUnavailable: (:) [], ApplicationFailedException\n"
-                   "    + FullyQualifiedErrorId : NativeCommandFailed", 4),
-    "GitHub Actions": ("2024-05-01T12:00:00.1234567Z ./frobnicate.sh\n"
-                       "2024-05-01T12:00:00.2234567Z ##[error]Process completed with exit code 1.", 2),
+                   "    + FullyQualifiedErrorId : NativeCommandFailed"), 4),
+    "GitHub Actions": (("2024-05-01T12:00:00.1234567Z ./frobnicate.sh\n"
+                       "2024-05-01T12:00:00.2234567Z ##[error]Process completed with exit code 1."), 2),
     "Python logging": ("INFO:root:starting\nERROR:root:Driver not initialized (frobnicator not in modules)", 2),
 }
 

@@ -97,7 +97,7 @@ def test_rosetta_and_apple_silicon_from_sysctl():
 
     assert detect_apple_silicon(sysctl({"sysctl.proc_translated": "1\n", "hw.optional.arm64": "1\n"})) == (True, True)
     assert detect_apple_silicon(sysctl({"sysctl.proc_translated": "0\n", "hw.optional.arm64": "1\n"})) == (False, True)
-    intel = lambda args, timeout: CommandOutput(1, "unknown oid")  # noqa: E731
+    intel = lambda args, timeout: CommandOutput(1, "unknown oid")
     assert detect_apple_silicon(intel) == (False, False)
 
 

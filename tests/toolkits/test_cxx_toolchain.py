@@ -19,7 +19,6 @@ import pytest
 
 from playbook.knowledge.failures import finding_for
 from playbook.params import load_params
-
 from playbook.steps.build import toolchain
 from playbook.steps.configure import BuildPlan, configure
 from playbook.steps.detect import Facts, detect_compilers, run_command

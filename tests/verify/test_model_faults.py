@@ -22,6 +22,7 @@ def verify_with(model: Path, cpu_wheel: Path, tmp_path: Path):
                                     tmp_path, tmp_path / "cache"), log=lambda _: None)
 
 
+@pytest.mark.slow  # cpu_wheel: builds llama-cpp-python where no wheel is given
 @pytest.mark.parametrize("damage", ["truncated", "not-gguf"])
 def test_a_damaged_gguf_is_named_without_a_crash(damage, cpu_wheel, tiny_f16_model, tmp_path):
     model = tmp_path / f"{damage}.gguf"
@@ -34,6 +35,7 @@ def test_a_damaged_gguf_is_named_without_a_crash(damage, cpu_wheel, tiny_f16_mod
     assert model.name in result.findings[0].evidence and result.summary.startswith(f"the model {model.name}")
 
 
+@pytest.mark.slow  # cpu_wheel: builds llama-cpp-python where no wheel is given
 def test_a_gguf_of_an_unknown_architecture_is_named_by_llama_cpps_loader(cpu_wheel, tmp_path):
     model = tmp_path / "other-architecture.gguf"
     writer = GGUFWriter(model, "not-a-llama")

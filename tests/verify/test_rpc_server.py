@@ -45,14 +45,6 @@ llama_context:        CPU compute buffer size =     1.01 MiB
 """
 
 
-def real_rpc_server() -> Path | None:
-    """An rpc-server the slow RPC test (in PLAYBOOK_TEST_CACHE) or a run (in the playbook's cache) built, if any."""
-    caches = [os.environ.get("PLAYBOOK_TEST_CACHE"),
-              os.environ.get("LLAMA_PLAYBOOK_CACHE", Path.home() / ".cache" / "llama-cpp-playbook")]
-    found = sorted(p for cache in filter(None, caches) for p in (Path(cache) / "rpc-server-build").glob("*/bin/ggml-rpc-server"))
-    return found[-1] if found else None
-
-
 def test_the_child_script_reads_the_variable_the_parent_sets():
     assert f'RPC_SERVERS_VARIABLE = "{RPC_SERVERS_VARIABLE}"' in CHILD_SCRIPT.read_text()
 
@@ -109,10 +101,10 @@ def session_alive(pid: int) -> bool:
     return str(pid) in listed[0::2]
 
 
-@pytest.mark.skipif(real_rpc_server() is None, reason="no rpc-server built yet (the slow RPC test builds one)")
-def test_a_real_rpc_server_starts_on_a_free_loopback_port_and_is_stopped(tmp_path):
+@pytest.mark.slow  # built_rpc_server compiles ggml and rpc-server from the pinned sdist (conftest)
+def test_a_real_rpc_server_starts_on_a_free_loopback_port_and_is_stopped(tmp_path, built_rpc_server):
     log = tmp_path / "rpc-server.log"
-    with RpcServer(real_rpc_server(), log, threads=1, lifetime_s=120) as server:
+    with RpcServer(built_rpc_server, log, threads=1, lifetime_s=120) as server:
         host, port = server.address.split(":")
         assert host == "127.0.0.1"
         socket.create_connection((host, int(port)), timeout=5).close()
@@ -123,12 +115,12 @@ def test_a_real_rpc_server_starts_on_a_free_loopback_port_and_is_stopped(tmp_pat
     assert announced_devices(text) and announced_devices(text)[0].startswith("CPU")
 
 
-@pytest.mark.skipif(real_rpc_server() is None, reason="no rpc-server built yet (the slow RPC test builds one)")
-def test_a_real_rpc_server_dies_at_the_end_of_its_lifetime_and_when_the_block_raises(tmp_path):
-    with RpcServer(real_rpc_server(), tmp_path / "a.log", threads=1, lifetime_s=2) as server:
+@pytest.mark.slow  # built_rpc_server compiles ggml and rpc-server from the pinned sdist (conftest)
+def test_a_real_rpc_server_dies_at_the_end_of_its_lifetime_and_when_the_block_raises(tmp_path, built_rpc_server):
+    with RpcServer(built_rpc_server, tmp_path / "a.log", threads=1, lifetime_s=2) as server:
         server.process.wait(timeout=30)
         assert server.exit_status().startswith("killed at the end of its lifetime")
-    with pytest.raises(KeyError), RpcServer(real_rpc_server(), tmp_path / "b.log", threads=1, lifetime_s=300) as other:
+    with pytest.raises(KeyError), RpcServer(built_rpc_server, tmp_path / "b.log", threads=1, lifetime_s=300) as other:
         raise KeyError("a child failed")
     assert not other.running() and not session_alive(other.process.pid)
 

@@ -8,6 +8,8 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
+
 from playbook.verify.launcher import ChildOutcome, install_wheel
 from playbook.verify.settings import BenchSettings, differences, llama_class_defaults, threadpool_lines
 from playbook.verify.sweep import SweepPoint, compare_with_yardsticks, explain_ratio, sweep_point, write_sweep_csv
@@ -106,6 +108,7 @@ def test_llama_bench_always_polls_so_no_pool_is_recorded_as_its_default():
     assert "params = ThreadpoolParams(n_threads=3, poll=0)" in lines and lines[-1].endswith("(llm._ctx.ctx, pool, pool)")
 
 
+@pytest.mark.slow  # cpu_wheel: builds llama-cpp-python where no wheel is given
 def test_the_child_runs_with_the_settings_it_is_given(tmp_path, cpu_wheel, tiny_f16_model):
     """The real wheel: every setting reaches llama.cpp, and each test's context is sized as llama-bench sizes it."""
     from playbook.verify.units.offload_sweep import run_bench_child
@@ -126,6 +129,7 @@ def test_the_child_runs_with_the_settings_it_is_given(tmp_path, cpu_wheel, tiny_
     assert result["threadpool"] == {"threads": 2, "poll": 50}  # llama-bench's pool, attached through llama.cpp's API
 
 
+@pytest.mark.slow  # cpu_wheel: builds llama-cpp-python where no wheel is given
 def test_the_child_measures_every_layer_count_in_one_process_with_the_pool_it_is_given(tmp_path, cpu_wheel,
                                                                                        tiny_f16_model):
     """The yardstick's binding side: one process over several layer counts, as llama-bench runs them; no pool

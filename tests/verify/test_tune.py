@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from playbook.verify.settings import BenchSettings, llama_class_defaults
 from playbook.verify.tune import (
     CUDA_GRAPHS_OFF,
@@ -251,6 +253,7 @@ def test_the_report_gives_kwargs_environment_gain_and_llama_bench():
     assert "Environment: nothing to set." in text
 
 
+@pytest.mark.slow  # cpu_wheel: builds llama-cpp-python where no wheel is given
 def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
     """verify.tune: true on the CPU wheel and the tiny model: every trial a child, the report in the run folder."""
     from playbook.params import PARAMS_DIR, load_params

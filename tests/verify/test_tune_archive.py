@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from playbook.serialization import from_dict
-from playbook.verify.tune import TuneResult, WORKLOADS
+from playbook.verify.tune import WORKLOADS, TuneResult
 
 RUN = Path(__file__).resolve().parents[2] / "outputs" / "reference" / "20261129T035051Z-vm"
 
