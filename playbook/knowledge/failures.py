@@ -20,7 +20,7 @@ from playbook.knowledge.compatibility import knowledge
 from playbook.knowledge.logtext import LogText, read_log
 from playbook.knowledge.normalise import FENCE_LINE, QUOTE_PREFIX, paste_line  # noqa: F401 (re-exported)
 from playbook.knowledge.normalise import failure_record
-from playbook.knowledge.signatures import Signature, required_literals
+from playbook.knowledge.signatures import Signature
 
 KNOWLEDGE_FILE = "failures.yaml"
 PLATFORMS = ("any", "linux", "windows", "macos", "wsl")
@@ -397,7 +397,7 @@ STAGE_MARKERS = (
 
 def _line_signature(regex: re.Pattern[str]) -> Signature:
     """One of the single-line regexes above, with its literal pre-filter."""
-    return Signature(regex, required_literals(regex.pattern, regex.flags), spans_lines=False)
+    return Signature.of(regex, spans_lines=False)
 
 
 ROOT_SIGNATURE = _line_signature(ROOT_FAILURE)

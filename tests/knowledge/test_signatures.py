@@ -100,14 +100,57 @@ def test_overlapping_windows_are_searched_as_one_text():
 
 
 def test_a_large_log_skips_only_literals_it_cannot_hold():
-    """Past WORDS_FROM_BYTES the log's words spare searches; every example inside 5 MB of distinct build
-    lines is still found, on its own line."""
+    """Past WORDS_FROM_BYTES of distinct line shapes (digits masked) the log's words spare searches; every
+    example inside 5 MB of distinct build lines is still found, on its own line."""
     from playbook.knowledge.logtext import WORDS_FROM_BYTES
 
     examples = "\n".join(p.read_text(encoding="utf-8") for p in sorted((DATA / "failures").glob("*/*.txt")))
     clean = (DATA / "clean" / "cuda-build.txt").read_text(encoding="utf-8").split("\n")
-    filler = [f"{clean[i % len(clean)]} #{i}" for i in range(WORDS_FROM_BYTES // 40)]
+    letters = str.maketrans("0123456789", "abcdefghij")  # a running number in letters: a shape of its own
+    filler = [f"{clean[i % len(clean)]} #{str(i).translate(letters)}" for i in range(WORDS_FROM_BYTES // 40)]
     large = LogText.from_text("\n".join(filler) + "\n" + examples)
     assert large._words is not None
     small = {f.id: f.line_number for f in known_findings(LogText.from_text(examples))}
     assert {f.id: f.line_number - len(filler) for f in known_findings(large)} == small
+
+
+def test_needs_are_read_per_alternative_with_the_words_of_the_first_line():
+    from playbook.knowledge.signatures import Needs, needs
+
+    cuda = needs(r"\bCUDA (?:runtime )?(?:error|failure)\s*:?\s*803\b")
+    assert Needs((frozenset({"cuda "}), frozenset({"error"}), frozenset({"803"})),
+                 (frozenset({"cuda "}), frozenset({"error"}))) in cuda and len(cuda) == 2
+    kfd = needs(r"\bcould not open\s+/dev/kfd\b|\bopen /dev/kfd: \w")
+    assert [set().union(*n.anywhere) for n in kfd] == [{"could not open", "dev", "kfd"}, {"open ", "dev", "kfd: "}]
+    assert kfd[0].first_line == (frozenset({"could not open"}),)
+    # a word of a cased alphabet other than Latin: the lowered bytes may miss it, so it narrows nothing
+    assert needs(r"Не является командой") == (Needs((), ()),)
+
+
+def test_a_literal_with_digits_is_found_only_where_its_digits_are():
+    """Lines are searched by their shape (digits masked): a literal with digits is then read in the lines."""
+    signature = Signature.compile(r"BLAS = 0\b")
+    log = LogText.from_text("BLAS = 1\nBLAS = 10\nBLAS = 0\n")
+    assert list(log.candidates(signature)) == [3] and log.first_match(signature)[0] == 3
+    assert list(log.candidates(Signature.compile(r"BLAS = 7"))) == []
+
+
+def test_a_match_may_start_on_a_repeated_line_in_a_window():
+    """A window is searched when it holds a line where a match may start: a repeat counts, though only the
+    first line of each kind is a candidate."""
+    signature = Signature.compile(r"start\s+bar baz qux")
+    assert signature.literals == {"bar baz qux"} and signature.needs[0].first_line == (frozenset({"start"}),)
+    lines = ["start", "other"] + [f"filler {n}" for n in range(297)] + ["start", "bar baz qux"]
+    log = LogText.from_text("\n".join(lines) + "\n")
+    assert log.first_match(signature)[0] == 300
+
+
+def test_windows_without_a_needed_word_are_not_searched():
+    from playbook.knowledge.signatures import SPAN_BEFORE
+
+    signature = Signature.compile(r"CUDA error\s*:?\s*803\b")
+    lines = [f"CUDA error: {n}" for n in range(300)] + [f"filler {n}" for n in range(1000)] + ["CUDA error:", "803"]
+    log = LogText.from_text("\n".join(lines) + "\n")
+    assert len(list(log.windows(log.candidates(signature)))) == 2
+    searched = list(log.windows(log.candidates(signature), log._window_needs(signature)))
+    assert [first for first, _ in searched] == [1301 - SPAN_BEFORE] and log.first_match(signature)[0] == 1301
