@@ -62,9 +62,15 @@ run="$(ls -d "$work"/runs/*/ 2>/dev/null | tail -1)"
 "$python" -m playbook.interfaces.acceptance "$run" --commit "$commit" --write "$dest/gpu-acceptance.json"
 verdict=$?
 # The archive as outputs/reference/ keeps runs: everything but the wheel (its sha256 is in build-attempt-N.json),
-# the children's logs packed apart
+# the children's logs packed apart; its manifest amended to say so, so that `playbook check` passes on the archive
 id="$(basename "$run")"
-tar -C "$(dirname "$run")" --exclude="$id/wheelhouse" --exclude="$id/verify-logs" -cJf "$dest/$id.tar.xz" "$id"
+stage="$work/archive/$id"
+rm -rf "$stage" && mkdir -p "$work/archive" && cp -r "$run" "$stage" && rm -rf "$stage/wheelhouse" "$stage/verify-logs"
+"$python" -c 'import sys; from pathlib import Path; from playbook.runfolder.integrity import amend_manifest
+amend_manifest(Path(sys.argv[1]), ["wheelhouse/*", "verify-logs/*"], "archived without the wheel (its sha256 stays "
+               f"listed) and with verify-logs/ packed beside the folder as {sys.argv[2]}.verify-logs.tar.xz")' \
+  "$stage" "$id" || log "the archive's manifest could not be amended"
+tar -C "$work/archive" -cJf "$dest/$id.tar.xz" "$id"
 [ ! -d "$run/verify-logs" ] || tar -C "$run" -cJf "$dest/$id.verify-logs.tar.xz" verify-logs
 log "archived $id in $dest: $(du -ch "$dest/$id"*.tar.xz | tail -1 | cut -f1); unpack $id.tar.xz under outputs/reference/"
 exit "$verdict"

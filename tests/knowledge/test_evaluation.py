@@ -10,8 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from playbook.knowledge.evaluation import (FROZEN_LABEL, GOAL, FrozenPartRefused, Goal, evaluate, frozen_file_hashes,
-                                           main, parse_corpus_log, readme_block, score)
+from playbook.knowledge.evaluation import (
+    FROZEN_LABEL,
+    GOAL,
+    FrozenPartRefused,
+    Goal,
+    evaluate,
+    frozen_file_hashes,
+    main,
+    parse_corpus_log,
+    readme_block,
+    score,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "data" / "corpus"
