@@ -276,7 +276,13 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
             (0, recommendation.workload), (32, recommendation.workload)}
     assert [r.workload for r in target.recommendations] == ["pp", "tg"]
     report = layout.tune_report(1).read_text()
-    assert "## n_gpu_layers=0: no GPU offload" in report and "llm = llama_cpp.Llama(" in report
+    assert "## n_gpu_layers=0: no GPU offload" in report
+    # a line to paste for each workload whose tuned settings were confirmed; where the side-by-side remeasurement
+    # found them slower (on two shared cores that happens), the defaults stay and the report says why instead
+    for recommendation in target.recommendations:
+        assert (recommendation.kept_defaults in report) if recommendation.kept_defaults else (
+            f"n_gpu_layers=0, n_threads={recommendation.settings.threads}" in report)
+    assert ("llm = llama_cpp.Llama(" in report) == any(not r.kept_defaults for r in target.recommendations)
     saved = json.loads(layout.tune_result(1).read_text())
     assert saved["targets"][0]["llama_kwargs"]["n_gpu_layers"] == "0"
     assert (layout.verify_logs(1) / target.trials[0].log_file).is_file()
