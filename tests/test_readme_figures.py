@@ -171,18 +171,22 @@ def cell(run: str, attempt: int, ngl: int, column: str) -> Callable[[], str]:
                         if int(r["n_gpu_layers"]) == ngl)
 
 
+def _tune_target(run: str, target: int) -> dict:
+    """One offload target of a run's tune (tune-attempt-1.json)."""
+    return _json(REF / run / "tune-attempt-1.json")["targets"][target]
+
+
 def recommended_gain(run: str, target: int, workload: str, depth: int) -> Callable[[], float]:
-    """The side-by-side gain of a tune's recommendation for one workload at one depth (tune-attempt-1.json)."""
+    """The side-by-side gain of a tune's recommendation for one workload at one depth."""
     def read() -> float:
-        recommendation = next(r for r in _json(REF / run / "tune-attempt-1.json")["targets"][target]["recommendations"]
-                              if r["workload"] == workload)
+        recommendation = next(r for r in _tune_target(run, target)["recommendations"] if r["workload"] == workload)
         return next(row["gain"] for row in recommendation["gains"] if row["depth"] == depth)
     return read
 
 
 def target_gain(run: str, target: int, depth: int, test: str) -> Callable[[], float]:
-    """A tune target's side-by-side gain (tune-attempt-1.json's ``gains``, as tunes before per-workload ones wrote)."""
-    return lambda: next(row["gain"] for row in _json(REF / run / "tune-attempt-1.json")["targets"][target]["gains"]
+    """A tune target's side-by-side gain (its ``gains``, as tunes before per-workload ones wrote)."""
+    return lambda: next(row["gain"] for row in _tune_target(run, target)["gains"]
                         if row["depth"] == depth and row["test"] == test)
 
 
@@ -192,9 +196,8 @@ def profile_value(name: str, dotted: str) -> Callable[[], object]:
 
 
 def tune_trial(run: str, target: int, label: str, depth: int, test: str) -> Callable[[], float]:
-    """One trial's rate in a tune (tune-attempt-1.json)."""
-    return lambda: next(t["rates"][str(depth)][test] for t in _json(REF / run / "tune-attempt-1.json")["targets"][target]
-                        ["trials"] if t["label"] == label)
+    """One trial's rate in a tune."""
+    return lambda: next(t["rates"][str(depth)][test] for t in _tune_target(run, target)["trials"] if t["label"] == label)
 
 
 def medians(run: str, test: str) -> Callable[[], str]:

@@ -8,7 +8,6 @@ configure, build, repair, verify or a backend is done once that file names its c
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,9 @@ from pathlib import Path
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.serialization import write_json
+from playbook.steps.configure import BuildPlan
+from playbook.steps.detect import Facts
+from playbook.verify.step import VerifyResult
 
 
 @dataclass
@@ -53,17 +55,17 @@ def judge(run_dir: Path, commit: str) -> Verdict:
             verdict.build_s = entry.duration_s
         if (step, attempt) == (Step.VERIFY.value, 1):
             verdict.verify_s = entry.duration_s
-    facts = _read(run.layout.detect_facts)
-    if facts:
-        gpus = facts.get("gpus") or []
-        verdict.gpu = ", ".join(g.get("name", "") for g in gpus)
-        verdict.driver = (facts.get("driver") or {}).get("version", "")
-    plan = _read(run.layout.plan(1))
-    verdict.backend = (plan or {}).get("backend", "")
-    verdict.decisions = [f"{d['what']}: {d['value']} ({d['reason']})" for d in (plan or {}).get("decisions", [])
-                         if "compiler" in d["what"] or d["what"] == "C++ runtime"]
-    verify = _read(run.layout.verify_result(1))
-    verdict.summary = (verify or {}).get("summary", "")
+    layout = run.layout
+    if layout.detect_facts.is_file():
+        facts = run.read(Facts, layout.detect_facts)
+        verdict.gpu, verdict.driver = ", ".join(g.name for g in facts.gpus), facts.driver.version
+    if layout.plan(1).is_file():
+        plan = run.read(BuildPlan, layout.plan(1))
+        verdict.backend = plan.backend.value
+        verdict.decisions = [f"{d.what}: {d.value} ({d.reason})" for d in plan.decisions
+                             if "compiler" in d.what or d.what == "C++ runtime"]
+    if layout.verify_result(1).is_file():
+        verdict.summary = run.read(VerifyResult, layout.verify_result(1)).summary
 
     if verdict.backend != "cuda":
         verdict.reasons.append(f"the plan's backend is {verdict.backend or 'unknown'}, not cuda")
@@ -77,10 +79,6 @@ def judge(run_dir: Path, commit: str) -> Verdict:
         verdict.reasons.append("repair ran: the first attempt was not right")
     verdict.passed = not verdict.reasons
     return verdict
-
-
-def _read(path: Path) -> dict | None:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def main(argv: list[str] | None = None) -> int:
