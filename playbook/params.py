@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import types
 import typing
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from playbook import resources
+from playbook.backends import registry
 from playbook.errors import ParameterError
 
 PARAMS_DIR = resources.params_dir()
@@ -27,26 +26,10 @@ DEFAULT_PARAMS = resources.default_params_file()
 
 
 
-class Backend(str, Enum):
-    """What the wheel is built for. ``auto`` lets configure choose; ``prebuilt`` is the plan's word for
-    a binding over an existing library (``build.prebuilt_lib``), never a parameter value."""
-
-    AUTO = "auto"
-    CUDA = "cuda"
-    HIP = "hip"
-    METAL = "metal"
-    VULKAN = "vulkan"
-    SYCL = "sycl"
-    OPENBLAS = "openblas"
-    CPU = "cpu"
-    PREBUILT = "prebuilt"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-PARAMETER_BACKENDS = tuple(b for b in Backend if b is not Backend.PREBUILT)
-PARAMETER_GROUPS = ("backend", "source", "cuda", "hip", "vulkan", "build", "model", "verify")
+# The groups every parameter set has; each backend's own section (``cuda:``) is its unit's (``backends.registry``).
+PARAMETER_GROUPS = ("backend", "source", "build", "model", "verify")
+# A step notebook's one variable for every backend's section: {"cuda": {"architectures": "90"}}.
+BACKEND_SETTINGS = "backend_settings"
 SourceKind = Literal["sdist", "path"]
 ModelShapeName = Literal["tiny", "1b", "7b"]
 QuantName = Literal["F32", "F16", "Q8_0", "Q4_0"]
@@ -72,30 +55,6 @@ class SourceParams:
     path: str = ""
     # Extra folder of wheels and sdists that pip may use instead of an index (offline machines).
     find_links: str = ""
-
-
-@dataclass
-class CudaParams:
-    # "native": the detected GPU's compute capability; otherwise a CMake list such as "86;89;120".
-    architectures: str = "native"
-    # "auto" picks a toolkit from detection; "pypi:<release>" (e.g. pypi:13.0) assembles that release
-    # from NVIDIA's PyPI wheels in the playbook's cache; otherwise the toolkit's root folder.
-    toolkit: str = "auto"
-
-
-@dataclass
-class HipParams:
-    # "native": the detected GPUs' gfx targets; otherwise a list such as "gfx1100;gfx1030".
-    targets: str = "native"
-    # The ROCm folder to build with (the one holding bin/hipconfig), before $ROCM_PATH, /opt/rocm* and /usr;
-    # e.g. Debian's ROCm unpacked by scripts/rocm-debian.sh. Empty: detect's search alone.
-    rocm_path: str = ""
-
-
-@dataclass
-class VulkanParams:
-    # The folder holding vulkan/vulkan_core.h; empty: the newest of $VULKAN_SDK/include and the system's.
-    include_dir: str = ""
 
 
 @dataclass
@@ -135,7 +94,7 @@ class BuildParams:
     rpc: bool = False
     # With build.rpc: the backend rpc-server is built for, when not the wheel's own ("cuda": a CPU client of a
     # CUDA server, the shape of a small fleet); empty: the same backend as the wheel.
-    rpc_server_backend: Literal["", "cpu", "cuda", "hip", "metal", "vulkan", "sycl", "openblas"] = ""
+    rpc_server_backend: str = ""
 
 
 @dataclass
@@ -192,17 +151,26 @@ class VerifyParams:
 
 @dataclass
 class Params:
-    backend: Backend = Backend.AUTO
+    backend: str = registry.AUTO
+    """auto (configure chooses), or a backend's name (``backends.registry.parameter_values``)."""
     source: SourceParams = field(default_factory=SourceParams)
-    cuda: CudaParams = field(default_factory=CudaParams)
-    hip: HipParams = field(default_factory=HipParams)
-    vulkan: VulkanParams = field(default_factory=VulkanParams)
     build: BuildParams = field(default_factory=BuildParams)
     model: ModelParams = field(default_factory=ModelParams)
     verify: VerifyParams = field(default_factory=VerifyParams)
+    backend_settings: dict[str, Any] = field(default_factory=dict)
+    """Each backend's own section, typed by its unit (``cuda: {architectures: "90"}`` in a parameter file)."""
+
+    def settings(self, backend: str) -> Any:
+        """The typed section of ``backend``'s unit: as given, else its defaults."""
+        return self.backend_settings.get(backend) or registry.unit(backend).settings_type()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The parameter set as a parameter file holds it: each backend's section at the top level."""
+        document = dataclasses.asdict(self)
+        document.pop("backend_settings")
+        for unit in registry.with_settings():
+            document[unit.name] = dataclasses.asdict(self.settings(unit.name))
+        return document
 
     @property
     def cache_dir(self) -> Path:
@@ -246,8 +214,11 @@ def flatten_groups(groups: dict[str, Any]) -> dict[str, Any]:
     for name, value in groups.items():
         if value is None:
             continue
-        if isinstance(value, str) and name in PARAMETER_GROUPS[1:]:
+        if isinstance(value, str) and name in (*PARAMETER_GROUPS[1:], BACKEND_SETTINGS):
             value = _group_from_text(name, value)  # papermill's -p passes text: '{"jobs": 2}'
+        if name == BACKEND_SETTINGS:
+            flat.update(flatten_groups(value))  # {"cuda": {"architectures": "90"}}: cuda.architectures
+            continue
         if isinstance(value, dict):
             for key, inner in flatten_groups(value).items():
                 flat[f"{name}.{key}"] = inner
@@ -268,7 +239,15 @@ def _group_from_text(name: str, text: str) -> Any:
 
 
 def params_from_dict(document: dict[str, Any]) -> Params:
-    return typing.cast(Params, _build(Params, document, prefix=""))
+    """Typed parameters from a parameter file's mapping; each backend's section is built by its unit's type."""
+    document = dict(document)
+    sections = {}
+    for unit in registry.with_settings():
+        sections[unit.name] = _build(unit.settings_type, document.pop(unit.name, None) or {}, prefix=f"{unit.name}.")
+    document.pop(BACKEND_SETTINGS, None)
+    params = typing.cast(Params, _build(Params, document, prefix=""))
+    params.backend_settings = sections
+    return params
 
 
 def check_params(params: Params) -> None:
@@ -301,28 +280,20 @@ def check_params(params: Params) -> None:
             f"build.prebuilt_lib {params.build.prebuilt_lib!r} does not exist; give libllama.so / llama.dll "
             "or the folder holding it"
         )
-    include_dir = params.vulkan.include_dir
-    if include_dir and not (Path(include_dir).expanduser() / "vulkan" / "vulkan_core.h").is_file():
-        raise ParameterError(f"vulkan.include_dir {include_dir!r} holds no vulkan/vulkan_core.h; give the folder "
-                             "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
-    rocm_path = params.hip.rocm_path
-    if rocm_path and not (Path(rocm_path).expanduser() / "bin" / "hipconfig").is_file():
-        raise ParameterError(f"hip.rocm_path {rocm_path!r} holds no bin/hipconfig; give the ROCm folder above bin/ "
-                             "(/opt/rocm-6.2.4, or what scripts/rocm-debian.sh prints), or leave it empty")
-    check_cuda_architectures_syntax(params.cuda.architectures)
+    if params.backend not in registry.parameter_values():
+        raise ParameterError(f"parameter backend = {params.backend!r}; accepted values: "
+                             f"{', '.join(registry.parameter_values())}")
+    for unit in registry.with_settings():
+        unit.check_settings(params.settings(unit.name))
+    if params.build.rpc_server_backend and params.build.rpc_server_backend not in registry.parameter_values()[1:]:
+        raise ParameterError(f"build.rpc_server_backend = {params.build.rpc_server_backend!r}; accepted values: "
+                             f"{', '.join(registry.parameter_values()[1:])}, or empty for the wheel's own backend")
     poll = params.verify.poll
     if poll != "none" and not (isinstance(poll, int) and 0 <= poll <= 100):
         raise ParameterError(f"verify.poll = {poll!r}; accepted: a whole number from 0 (no polling) to 100, or none "
                              "(no thread pool attached, as Llama() runs)")
     if params.build.ccache_remote:
         check_ccache_remote(params.build.ccache_remote, params.build.ccache)
-    if params.cuda.toolkit.lower().startswith("pypi:"):
-        from playbook.toolkits.pypi import ToolkitError, check_spec
-
-        try:
-            check_spec(params.cuda.toolkit)
-        except ToolkitError as err:
-            raise ParameterError(str(err)) from None
     if any(n < 0 for n in params.verify.n_gpu_layers):
         raise ParameterError("verify.n_gpu_layers takes layer counts of 0 or more")
     if params.verify.n_ubatch > params.verify.n_batch:
@@ -332,26 +303,6 @@ def check_params(params: Params) -> None:
         raise ParameterError("verify.tune_depths takes one or more token counts of 0 or more, e.g. [0, 4096]")
     if params.verify.gpu_memory_budget < 0:
         raise ParameterError("verify.gpu_memory_budget is MiB of GPU memory, 0 for none")
-
-
-# CMake's CMAKE_CUDA_ARCHITECTURES: a compute capability's number, with an optional feature suffix (90a, 100f)
-# and -real or -virtual; or one of CMake's words. "native" is the playbook's (the detected GPU).
-CUDA_ARCHITECTURE_ENTRY = re.compile(r"\d{2,3}[af]?(-real|-virtual)?")
-CUDA_ARCHITECTURE_WORDS = ("native", "all", "all-major")
-
-
-def check_cuda_architectures_syntax(value: str) -> None:
-    """Each entry is a CMake architecture: ``sm_90`` is nvcc's spelling, which CMake rejects."""
-    entries = [e.strip() for e in value.split(";")]
-    for entry in entries:
-        if (entry in CUDA_ARCHITECTURE_WORDS and len(entries) == 1) or CUDA_ARCHITECTURE_ENTRY.fullmatch(entry):
-            continue
-        digits = re.sub(r"\D", "", entry)
-        hint = f" (for {entry} write {digits})" if digits and entry.lower().startswith(("sm_", "compute_")) else ""
-        raise ParameterError(
-            f"cuda.architectures = {value!r}: {entry!r} is not a CUDA architecture CMake accepts{hint}; give "
-            "compute capabilities as numbers separated by ';' (e.g. 90, or 86;89;120, or 90a, 80-real), "
-            "or one of native, all, all-major")
 
 
 CCACHE_REMOTE_SCHEMES = ("redis", "http")  # ccache's HTTP storage speaks plain HTTP, not HTTPS
@@ -448,11 +399,6 @@ def _accepts(hint: Any, minimum: int | None = None) -> str:
 def _coerce(hint: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(hint):
         return _build(hint, value or {}, prefix=f"{key}.")
-    if hint is Backend:
-        allowed = [b.value for b in PARAMETER_BACKENDS]
-        if value not in allowed:
-            raise ParameterError(f"parameter {key} = {value!r}; accepted values: {', '.join(allowed)}")
-        return Backend(value)
     origin = typing.get_origin(hint)
     if origin is Literal:
         allowed = typing.get_args(hint)

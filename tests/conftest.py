@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from playbook.facts import CudaToolkit, Facts, Gpu, NvidiaDriver
 from playbook.serialization import from_dict
-from playbook.steps.detect import CudaToolkit, Facts, Gpu, NvidiaDriver, detect
+from playbook.steps.detect import detect
 from playbook.steps.source import SourceInfo
 
 DATA = Path(__file__).parent / "data"

@@ -13,9 +13,7 @@ from typing import Any
 
 import yaml
 
-from playbook.knowledge.compatibility import gpu_model
-from playbook.serialization import from_dict
-from playbook.steps.detect import (
+from playbook.facts import (
     Apple,
     Cpu,
     CudaToolkit,
@@ -33,6 +31,10 @@ from playbook.steps.detect import (
     VisualStudio,
     Vulkan,
     VulkanHeaders,
+)
+from playbook.knowledge.compatibility import gpu_model
+from playbook.serialization import from_dict
+from playbook.steps.detect import (
     parse_compiler_version,
     parse_first_version,
     parse_hipconfig_version,

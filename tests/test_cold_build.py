@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from playbook.facts import Tool
 from playbook.params import load_params
 from playbook.steps.caches import build_dir, cached_wheel, ccache_env
 from playbook.steps.configure import configure
-from playbook.steps.detect import Tool
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "0123456789abcdef" * 4  # a fingerprint

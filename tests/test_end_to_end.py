@@ -13,6 +13,7 @@ import nbformat
 import pytest
 
 from playbook.chain import run_chain
+from playbook.facts import Facts
 from playbook.params import load_params
 from playbook.resources import params_dir
 from playbook.runfolder.folder import Outcome
@@ -20,7 +21,6 @@ from playbook.runfolder.layout import Step
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import configure_here
-from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
 from playbook.steps.repair_memory import recall
 from playbook.verify.step import VerifyResult

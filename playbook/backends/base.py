@@ -1,23 +1,22 @@
 """What every backend is: one :class:`BackendUnit` per module of :mod:`playbook.backends`, registered once in
 :mod:`playbook.backends.registry`.
 
-A unit owns everything particular to its backend: which detected facts it reads, whether this machine can
-use it (and why not), what the plan gets (CMake arguments, the build's and the built package's
-environment, its checks as decisions, warnings and blockers), the device verify offloads to, its
-knowledge file and its profile. The planner, the chooser, verify and the fleet table only ask the
-registry; none of them names a backend.
+A unit owns everything particular to its backend: its parameter section (``settings_type``, checked by
+:meth:`BackendUnit.check_settings`), which detected facts it reads and the devices it sees in them, whether this
+machine can use it (and why not), and its plan: CMake arguments, the build's and the built package's environment,
+its checks as decisions, warnings and blockers. It plans from frozen :class:`~playbook.backends.plan.BackendInputs`
+and returns :class:`~playbook.backends.plan.BackendPlan` values; it never imports a step. The planner, the chooser,
+verify and the fleet table only ask the registry; none of them names a backend.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar
 
-from playbook.params import Backend
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
-    from playbook.steps.detect import Facts
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
+from playbook.facts import Device, Facts
+from playbook.knowledge.failures import Remedy
 
 GIB_MIB = 1024
 
@@ -36,15 +35,22 @@ class Assessment:
         return not self.blocked_because
 
 
+@dataclass(frozen=True)
+class NoSettings:
+    """A backend without a parameter section of its own."""
+
+
 class BackendUnit:
     """One backend. Subclasses set the class attributes and override what differs from these defaults."""
 
-    name: ClassVar[Backend]
-    """The ``backend`` parameter's value and the plan's ``backend``."""
+    name: ClassVar[str]
+    """The ``backend`` parameter's value, the plan's ``backend``, and its parameter section's key."""
     cmake_switch: ClassVar[str] = ""
     """The CMake argument that selects it ("-DGGML_CUDA=on"); empty when it has none of its own."""
+    settings_type: ClassVar[type] = NoSettings
+    """Its parameter section (``cuda: {architectures: "90"}``): a frozen dataclass with a docstring per field."""
     facts_read: ClassVar[tuple[str, ...]] = ()
-    """The :class:`~playbook.steps.detect.Facts` fields it reads (detect probes them; tests check the names)."""
+    """The :class:`~playbook.facts.Facts` fields it reads (detect probes them; tests check the names)."""
     knowledge: ClassVar[tuple[str, ...]] = ()
     """Its compatibility tables under ``playbook/knowledge/`` ("cuda.yaml"); failures.yaml holds its ``family``."""
     failure_family: ClassVar[str] = ""
@@ -66,54 +72,90 @@ class BackendUnit:
     has none of its own to check (verify's backend-library unit looks for it)."""
     ggml_device: ClassVar[str] = ""
     """The device that library registers ("BLAS"), as ggml's registry names it."""
-    planned_on_macos: ClassVar[bool] = False
-    """True when asking for it on macOS plans it as on any other system; otherwise the Mac's own choice (Metal or
-    CPU, :mod:`playbook.steps.configure.apple`) decides."""
+    asked_by_name: ClassVar[bool] = True
+    """Whether the ``backend`` parameter may name it; False for one that other parameters choose."""
+    platforms: ClassVar[tuple[str, ...]] = ("linux", "wsl", "windows", "macos")
+    """The platforms it exists on; asked for elsewhere, the plan says so and the platform's own choice decides."""
+    native_to: ClassVar[str] = ""
+    """The platform whose own choice it is ("macos" for Metal): there it is chosen before every other backend when
+    usable, and a backend that does not exist there falls back to it or to the CPU."""
     status: ClassVar[str] = ""
     """Where it has run, as the README's backend table says: runs here, runs on the GPU machine, compiled only,
     planned only."""
 
-    def takes_precedence(self, planner: Planner) -> str:
+    # ------------------------------------------------------------------ parameters
+
+    def check_settings(self, settings: Any) -> None:
+        """Raise :class:`~playbook.errors.ParameterError` naming the key and what to change, before anything runs."""
+
+    def settings_given(self, settings: Any) -> list[str]:
+        """Its parameters set away from their defaults ("cuda.architectures=999"): ignored when another backend is
+        built, which the plan then says."""
+        defaults = self.settings_type()
+        return [f"{self.name}.{key}={value}" for key, value in vars(settings).items()
+                if value != getattr(defaults, key)]
+
+    # ------------------------------------------------------------------ choosing
+
+    def takes_precedence(self, inputs: BackendInputs) -> str:
         """Why the parameters make it the backend whatever ``backend`` says; empty when they do not."""
         return ""
 
-    def prepare(self, planner: Planner) -> None:
-        """Choices the assessment needs before any backend is chosen (CUDA: which toolkit)."""
-
-    def assess(self, planner: Planner) -> Assessment:
+    def assess(self, inputs: BackendInputs) -> Assessment:
         """Usable here or not, with the reason, for ``backend: auto``."""
         return Assessment(blocked_because="chosen only when asked for")
 
-    def not_automatic(self, planner: Planner) -> str:
+    def not_automatic(self, inputs: BackendInputs) -> str:
         """Why ``backend: auto`` did not take a backend it never takes (``auto_rank`` None)."""
-        assessment = self.assess(planner)
+        assessment = self.assess(inputs)
         return assessment.blocked_because or f"{assessment.usable_because}, but chosen only when asked for " \
-                                             f"(backend: {self.name.value})"
+                                             f"(backend: {self.name})"
 
-    def requested(self, planner: Planner) -> Backend:
-        """Record the decision when the parameters ask for it; return the backend really built (one that
-        cannot exist here falls back to another, which is then asked in turn)."""
-        assessment = self.assess(planner)
-        planner.decide("backend", self.name.value,
-                       f"asked for in parameters; {assessment.usable_because or assessment.blocked_because}")
-        return self.name
+    def requested(self, inputs: BackendInputs) -> Choice:
+        """The parameters ask for it: the decision, and the backend really built (one that cannot exist here names
+        another, which is then asked in turn)."""
+        assessment = self.assess(inputs)
+        draft = PlanDraft(inputs)
+        draft.decide("backend", self.name,
+                     f"asked for in parameters; {assessment.usable_because or assessment.blocked_because}")
+        return Choice(self.name, draft.result())
 
-    def settings_given(self, planner: Planner) -> list[str]:
-        """Its parameters set away from their defaults ("cuda.architectures=999"): ignored when another backend is
-        built, which the plan then says."""
+    def whichever_built(self, inputs: BackendInputs) -> BackendPlan:
+        """Checks of its settings that hold whichever backend is built (an architecture no toolkit knows)."""
+        return BackendPlan()
+
+    def fallback_hint(self, inputs: BackendInputs) -> BackendPlan:
+        """``backend: auto`` found nothing better than the CPU: what would make this backend usable."""
+        return BackendPlan()
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self, inputs: BackendInputs) -> BackendPlan:
+        """Its CMake arguments, build and runtime environment, and checks."""
+        return BackendPlan(cmake_args=(self.cmake_switch,) if self.cmake_switch else ())
+
+    def expected_build_time(self, inputs: BackendInputs, planned: BackendPlan) -> BackendPlan:
+        """Once the parallel jobs are decided (``inputs.jobs``): how long the build will take here, where measured."""
+        return BackendPlan()
+
+    # ------------------------------------------------------------------ repairing
+
+    def remedy(self, remedy: Remedy, inputs: BackendInputs) -> BackendPlan:
+        """What a knowledge-base remedy changes in its own part of a failed attempt's plan (its toolkit, its GPU
+        architectures, its host compiler), from that plan as ``inputs``; empty when nothing."""
+        return BackendPlan()
+
+    def toolkit_release(self, inputs: BackendInputs) -> str:
+        """The release of the toolkit a plan builds with ("13.0"), where it has one; "" otherwise."""
+        return ""
+
+    # ------------------------------------------------------------------ devices
+
+    def devices(self, facts: Facts) -> list[Device]:
+        """The devices its wheel could offload to on this machine, from the facts its probe filled."""
         return []
-
-    def fallback_hint(self, planner: Planner) -> None:
-        """``backend: auto`` found nothing better than the CPU: say what would make this backend usable."""
-
-    def configure(self, planner: Planner) -> None:
-        """Its CMake arguments, build and runtime environment, and checks, into ``planner``."""
-        if self.cmake_switch:
-            planner.cmake_args.append(self.cmake_switch)
 
     def device(self, facts: Facts) -> str:
         """The device its wheel offloads to on this machine, named; empty when there is none."""
-        return ""
-
-    def expected_build_time(self, planner: Planner) -> None:
-        """Once the parallel jobs are decided: say how long the build will take here, where it is measured."""
+        found = self.devices(facts)
+        return found[0].name if found else ""

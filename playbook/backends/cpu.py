@@ -3,35 +3,39 @@ the compilers every build needs; ``build.native`` (``-march=native`` or not) is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from playbook.backends.base import Assessment, BackendUnit
-from playbook.params import Backend
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
+from playbook.facts import Device, Facts
 
 CPU_ONLY_WARNING = "cpu-only"
 
 
 class CpuBackend(BackendUnit):
-    name = Backend.CPU
+    name = "cpu"
     cmake_switch = "-DGGML_CUDA=off"
     failure_family = "cpu"
     profile = "cpu"
     offloads = False
     status = "runs here"
 
-    def assess(self, planner: Planner) -> Assessment:
+    def assess(self, inputs: BackendInputs) -> Assessment:
         return Assessment("every machine can build it")
 
-    def requested(self, planner: Planner) -> Backend:
-        planner.decide("backend", "cpu", "asked for in parameters (backend: cpu)")
-        planner.warn(CPU_ONLY_WARNING, "CPU-only build: the wheel will not offload any layer to a GPU")
-        return self.name
+    def requested(self, inputs: BackendInputs) -> Choice:
+        draft = PlanDraft(inputs)
+        draft.decide("backend", self.name, f"asked for in parameters (backend: {self.name})")
+        draft.warn(CPU_ONLY_WARNING, "CPU-only build: the wheel will not offload any layer to a GPU")
+        return Choice(self.name, draft.result())
 
-    def fallen_back(self, planner: Planner, missing: str) -> Backend:
-        """``backend: auto`` found no usable accelerator; ``missing`` is why the first choice was not usable."""
-        planner.decide("backend", "cpu", f"{missing}: building CPU-only")
-        planner.warn(CPU_ONLY_WARNING, f"CPU-only build ({missing}): the wheel will not offload any layer to a GPU")
-        return self.name
+    def devices(self, facts: Facts) -> list[Device]:
+        return [Device(self.name, facts.cpu.model or "CPU", kind="cpu", detail=f"{facts.cpu.logical_cores} cores")]
+
+    def device(self, facts: Facts) -> str:
+        return ""  # nothing is offloaded: the layers stay where they are
+
+    def fallen_back(self, inputs: BackendInputs, missing: str) -> BackendPlan:
+        """``backend: auto`` (or the platform's choice) found no usable accelerator; ``missing`` says why."""
+        draft = PlanDraft(inputs)
+        draft.decide("backend", self.name, f"{missing}: building CPU-only")
+        draft.warn(CPU_ONLY_WARNING, f"CPU-only build ({missing}): the wheel will not offload any layer to a GPU")
+        return draft.result()

@@ -8,38 +8,51 @@ from __future__ import annotations
 
 import glob
 import re
+from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
-from typing import TYPE_CHECKING
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
+from playbook.errors import ParameterError
+from playbook.facts import CCCL_HEADERS, CudaToolkit, Device, Facts, Tool
 from playbook.knowledge import compatibility
 from playbook.knowledge.compatibility import minimum_driver, toolkit_supports_arch, version_tuple
-from playbook.params import Backend
-from playbook.steps.configure import windows
-from playbook.steps.detect import CCCL_HEADERS, CudaToolkit, Facts, Tool
+from playbook.knowledge.failures import Remedy
 from playbook.toolkits import pypi
 from playbook.toolkits.cxx_runtime import is_cxx_compiler
 
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
-
 PORTABLE_DEFAULT_ARCH = "75"
+# CMake's CMAKE_CUDA_ARCHITECTURES: a compute capability's number, with an optional feature suffix (90a, 100f)
+# and -real or -virtual; or one of CMake's words. "native" is the playbook's (the detected GPU).
+CUDA_ARCHITECTURE_ENTRY = re.compile(r"\d{2,3}[af]?(-real|-virtual)?")
+CUDA_ARCHITECTURE_WORDS = ("native", "all", "all-major")
 
 
-def wanted_architectures(planner: Planner) -> list[str]:
+@dataclass(frozen=True)
+class CudaSettings:
+    """The ``cuda:`` parameter section."""
+
+    architectures: str = "native"
+    """"native": the detected GPU's compute capability; otherwise a CMake list such as "86;89;120"."""
+    toolkit: str = "auto"
+    """"auto" picks a toolkit from detection; "pypi:<release>" (e.g. pypi:13.0) assembles that release from NVIDIA's
+    PyPI wheels in the playbook's cache; otherwise the toolkit's root folder."""
+
+
+def wanted_architectures(planner: PlanDraft) -> list[str]:
     gpu = planner.facts.best_gpu
-    wanted = planner.params.cuda.architectures
+    wanted = planner.settings.architectures
     if wanted == "native":
         return [gpu.arch] if gpu else []
     return [a for a in wanted.split(";") if a and a != "native"]
 
 
-def choose_toolkit_for(planner: Planner) -> CudaToolkit | None:
-    spec = planner.params.cuda.toolkit
+def choose_toolkit_for(planner: PlanDraft) -> CudaToolkit | None:
+    spec = planner.settings.toolkit
     if pypi.is_pypi_spec(spec):
         request = pypi.full_request(spec)
         planner.toolkit_request = request
-        toolkit = planned_toolkit(request, planner.params.cache_dir)
+        toolkit = planned_toolkit(request, planner.inputs.cache_dir)
         wheels = ", ".join(f"{w.package}=={w.version}" for w in pypi.release(request.release).wheels.values()
                            if w.component in request.components)
         planner.decide("CUDA toolkit", spec,
@@ -83,9 +96,9 @@ def pypi_release_for(facts: Facts, architectures: list[str], host_gcc_major: int
     return max(fitting, key=version_tuple, default="")
 
 
-def propose_pypi_toolkit(planner: Planner, reason: str) -> None:
+def propose_pypi_toolkit(planner: PlanDraft, reason: str) -> None:
     """With cuda.toolkit: auto, name the PyPI toolkit that avoids ``reason``."""
-    if planner.params.cuda.toolkit != "auto":
+    if planner.settings.toolkit != "auto":
         return
     host = host_compiler(planner.facts, planner.env)
     major = version_tuple(host.version)[:1] if host and "clang" not in host.banner.lower() else ()
@@ -122,13 +135,14 @@ def driver_cuda_version(facts: Facts) -> str:
     return facts.driver.cuda_version or compatibility.driver_max_cuda(facts.driver.version)
 
 
-def configure(planner: Planner) -> None:
-    planner.architectures = choose_architectures(planner)
-    planner.cmake_args += ["-DGGML_CUDA=on", f"-DCMAKE_CUDA_ARCHITECTURES={planner.architectures}"]
+def configure(planner: PlanDraft) -> None:
+    planner.architectures = planner.gpu_targets = choose_architectures(planner)
+    planner.add_cmake_arg(CudaBackend.cmake_switch)
+    planner.add_cmake_arg(f"-DCMAKE_CUDA_ARCHITECTURES={planner.architectures}")
     toolkit = planner.toolkit
     if toolkit is None:
         return
-    planner.env["CUDACXX"] = windows.cudacxx_path(planner, toolkit.nvcc)
+    planner.env["CUDACXX"] = cudacxx_path(planner, toolkit.nvcc)
     planner.decide("CUDACXX", planner.env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})")
     check_driver(planner, toolkit)
     check_components(planner, toolkit)
@@ -154,15 +168,15 @@ def configure(planner: Planner) -> None:
 LONG_BUILD_S = 15 * 60
 
 
-def expected_build_time(planner: Planner) -> None:
+def expected_build_time(planner: PlanDraft) -> None:
     """How long this CUDA build takes here, from the measured build in cuda.yaml's build_time: its seconds per
     CUDA object and architecture on one compile job, times this plan's objects and architectures, over its jobs."""
     measured = compatibility.measured_cuda_build()
     architectures = architecture_count(planner)
-    seconds = measured.cuda_objects * architectures * measured.seconds_per_object / max(1, planner.jobs)
+    seconds = measured.cuda_objects * architectures * measured.seconds_per_object / max(1, planner.inputs.jobs)
     reason = (f"{measured.cuda_objects} CUDA objects × {architectures} architecture(s) × "
               f"{measured.seconds_per_object:.0f} s per object and architecture on one compile job, over "
-              f"{planner.jobs} job(s); measured in {measured.source.split(' ')[0]} ({measured.steps} steps in "
+              f"{planner.inputs.jobs} job(s); measured in {measured.source.split(' ')[0]} ({measured.steps} steps in "
               f"{measured.wall_s:.0f} s on a 2-core VM without a GPU, other builds beside it; the C++ steps "
               "included): a rough guide")
     planner.decide("expected build time", f"about {seconds / 60:.0f} min", reason)
@@ -171,7 +185,7 @@ def expected_build_time(planner: Planner) -> None:
                      "architectures, more cores, or a warm or remote compiler cache (build.ccache_remote) shorten it")
 
 
-def architecture_count(planner: Planner) -> int:
+def architecture_count(planner: PlanDraft) -> int:
     """How many architectures nvcc compiles each CUDA object for: the entries of cuda.architectures, or
     what native, all and all-major stand for here."""
     value = str(planner.architectures)
@@ -185,7 +199,7 @@ def architecture_count(planner: Planner) -> int:
     return max(1, len([entry for entry in value.split(";") if entry]))
 
 
-def check_driver_library(planner: Planner, toolkit: CudaToolkit) -> None:
+def check_driver_library(planner: PlanDraft, toolkit: CudaToolkit) -> None:
     """No driver and no stub libcuda (a builder without a GPU; PyPI's wheels ship no stub): ggml-cuda links
     libcuda only for its virtual-memory pool, so build without it rather than fail at CMake (libcuda-stub-link)."""
     facts = planner.facts
@@ -193,7 +207,7 @@ def check_driver_library(planner: Planner, toolkit: CudaToolkit) -> None:
     stubs += [Path(p) for p in glob.glob(str(Path(toolkit.root) / "targets" / "*" / "lib" / "stubs" / "libcuda.so"))]
     if facts.driver.found or facts.libcuda_paths or any(p.is_file() for p in stubs):
         return
-    planner.cmake_args.append("-DGGML_CUDA_NO_VMM=ON")
+    planner.add_cmake_arg("-DGGML_CUDA_NO_VMM=ON")
     planner.decide("CUDA driver API", "not linked (-DGGML_CUDA_NO_VMM=ON)",
                    f"no NVIDIA driver here and no stub libcuda.so in {toolkit.root}: ggml-cuda links libcuda only for its "
                    "virtual-memory pool and uses its plain pool without it (otherwise CMake stops: libcuda-stub-link)")
@@ -203,7 +217,7 @@ def use_toolkit_libraries(runtime_env: dict[str, str], root: str) -> None:
     runtime_env["LD_LIBRARY_PATH"] = str(Path(root) / "lib")
 
 
-def check_components(planner: Planner, toolkit: CudaToolkit) -> None:
+def check_components(planner: PlanDraft, toolkit: CudaToolkit) -> None:
     """CCCL headers and cuBLAS: a toolkit without them fails the build for certain. When PyPI has the
     component of the same release, repair adds it (an automatic remedy), so the plan only warns."""
     if not toolkit.has_cccl:
@@ -217,9 +231,9 @@ def check_components(planner: Planner, toolkit: CudaToolkit) -> None:
                            "'CUDA::cublas target was not found'")
 
 
-def _missing_component(planner: Planner, toolkit: CudaToolkit, component: str, code: str, problem: str) -> None:
+def _missing_component(planner: PlanDraft, toolkit: CudaToolkit, component: str, code: str, problem: str) -> None:
     request = pypi.component_request(toolkit.version, [component], toolkit.root)
-    if request is not None and not pypi.is_pypi_spec(planner.params.cuda.toolkit):
+    if request is not None and not pypi.is_pypi_spec(planner.settings.toolkit):
         wheel = pypi.release(request.release).wheels[component]
         origin = f"; {wheel.note}" if wheel.note else ""
         planner.warn(code, f"{problem}; repair then adds {wheel.package}=={wheel.version} (CUDA {request.release}{origin}) from "
@@ -244,9 +258,9 @@ def component_fix(toolkit: CudaToolkit, component: str) -> str:
     return text
 
 
-def choose_architectures(planner: Planner) -> str:
+def choose_architectures(planner: PlanDraft) -> str:
     facts, toolkit = planner.facts, planner.toolkit
-    wanted = planner.params.cuda.architectures
+    wanted = planner.settings.architectures
     gpu = facts.best_gpu
     if wanted == "native":
         if gpu:
@@ -301,10 +315,10 @@ def known_architectures(toolkit: CudaToolkit | None) -> set[str]:
     return set(compatibility.arch_support()) | set(toolkit.gpu_architectures if toolkit else [])
 
 
-def check_architectures(planner: Planner) -> None:
+def check_architectures(planner: PlanDraft) -> None:
     """An architecture no CUDA knows (``999``) is refused before anything is built, whichever backend is chosen:
     with backend cuda CMake would stop on it, and with another one it would pass unnoticed."""
-    value, toolkit = planner.params.cuda.architectures, planner.toolkit
+    value, toolkit = planner.settings.architectures, planner.toolkit
     known = known_architectures(toolkit)
     unknown = [e for e in wanted_architectures(planner) if arch_number(e) and arch_number(e) not in known]
     if unknown:
@@ -315,7 +329,7 @@ def check_architectures(planner: Planner) -> None:
                       f"set cuda.architectures to one of them (--set cuda.architectures={accepted[-1] if accepted else 90})")
 
 
-def check_driver(planner: Planner, toolkit: CudaToolkit) -> None:
+def check_driver(planner: PlanDraft, toolkit: CudaToolkit) -> None:
     facts = planner.facts
     if not facts.driver.found or not toolkit.version:
         return
@@ -330,7 +344,7 @@ def check_driver(planner: Planner, toolkit: CudaToolkit) -> None:
                      f"or newer{fix}")
 
 
-def check_gcc(planner: Planner, toolkit: CudaToolkit) -> None:
+def check_gcc(planner: PlanDraft, toolkit: CudaToolkit) -> None:
     facts, env = planner.facts, planner.env
     limits = compatibility.host_compiler_limits(toolkit.version)
     host = host_compiler(facts, env)
@@ -368,7 +382,7 @@ def host_compiler(facts: Facts, env: dict[str, str]) -> Tool | None:
     return None
 
 
-def check_host_runtime(planner: Planner, toolkit: CudaToolkit) -> None:
+def check_host_runtime(planner: PlanDraft, toolkit: CudaToolkit) -> None:
     """Name the CUDA host compiler in CUDAHOSTCXX and -DCMAKE_CUDA_HOST_COMPILER alike when it must differ from
     the environment's: when the host compiler copies the C++ runtime into libggml-cuda.so (which it links), or
     when the plan moved CXX away from the environment's (CUDAHOSTCXX would otherwise keep the old one)."""
@@ -392,7 +406,7 @@ def check_host_runtime(planner: Planner, toolkit: CudaToolkit) -> None:
         return
     chosen = next((t for t in accepted if t.path == env.get("CXX")), accepted[0])
     env["CUDAHOSTCXX"] = chosen.path
-    planner.set_cmake_arg(f"-DCMAKE_CUDA_HOST_COMPILER={chosen.path}")
+    planner.add_cmake_arg(f"-DCMAKE_CUDA_HOST_COMPILER={chosen.path}")
     why = (f"{host.path} copies the C++ runtime into the libraries it links, libggml-cuda.so among them"
            if host.links_cxx_runtime_shared is False else f"the plan's CXX is {env['CXX']}")
     planner.decide("CUDA host compiler", chosen.path,
@@ -400,9 +414,9 @@ def check_host_runtime(planner: Planner, toolkit: CudaToolkit) -> None:
                    "both name it, since CUDAHOSTCXX from the environment overrides CMake's argument")
 
 
-def check_msvc(planner: Planner, toolkit: CudaToolkit) -> None:
+def check_msvc(planner: PlanDraft, toolkit: CudaToolkit) -> None:
     facts = planner.facts
-    studio = windows.newest_visual_studio(facts)
+    studio = facts.newest_visual_studio
     cl = next((t for t in facts.compilers if t.found and t.name == "cl"), None)
     msvc = cl.version if cl else (studio.newest_msvc if studio else "")
     if not msvc:
@@ -430,7 +444,7 @@ def check_msvc(planner: Planner, toolkit: CudaToolkit) -> None:
                       f"{toolkit.version} is older: install CUDA {min_cuda} or newer ({source})")
 
 
-def check_driver_libraries(planner: Planner) -> None:
+def check_driver_libraries(planner: PlanDraft) -> None:
     facts = planner.facts
     for folder in facts.stub_on_ld_library_path:
         planner.warn("cuda-stub-on-ld-library-path",
@@ -449,9 +463,101 @@ def check_driver_libraries(planner: Planner) -> None:
                      "stub's folder from /etc/ld.so.conf.d) and run `sudo ldconfig`")
 
 
+def cudacxx_path(planner: PlanDraft, nvcc: str) -> str:
+    """Windows: nvcc's path with forward slashes when it has spaces (CMake splits backslashed ones)."""
+    if planner.platform != "windows" or " " not in nvcc:
+        return nvcc
+    forward = PureWindowsPath(nvcc).as_posix()
+    planner.decide("CUDACXX path", forward, "the path has spaces: CMake reads forward slashes whole, backslashes with "
+                   "spaces break (guide: 'CMAKE_CUDA_COMPILER: c:PERSONAL')")
+    return forward
+
+
+def check_architectures_syntax(value: str) -> None:
+    """Each entry is a CMake architecture: ``sm_90`` is nvcc's spelling, which CMake rejects."""
+    entries = [e.strip() for e in value.split(";")]
+    for entry in entries:
+        if (entry in CUDA_ARCHITECTURE_WORDS and len(entries) == 1) or CUDA_ARCHITECTURE_ENTRY.fullmatch(entry):
+            continue
+        digits = re.sub(r"\D", "", entry)
+        hint = f" (for {entry} write {digits})" if digits and entry.lower().startswith(("sm_", "compute_")) else ""
+        raise ParameterError(
+            f"cuda.architectures = {value!r}: {entry!r} is not a CUDA architecture CMake accepts{hint}; give "
+            "compute capabilities as numbers separated by ';' (e.g. 90, or 86;89;120, or 90a, 80-real), "
+            "or one of native, all, all-major")
+
+
+def plan_cuda_version(inputs: BackendInputs) -> str:
+    """The CUDA release a plan builds with ("" for none or unknown)."""
+    root, request = inputs.toolkit_root, inputs.toolkit_request
+    if request is not None:
+        if not request.base:
+            return request.release
+        root = request.base
+    return next((t.version for t in inputs.facts.cuda_toolkits if t.root == root), "")
+
+
+def add_toolkit_components(planner: PlanDraft, components: list[str]) -> None:
+    """Components of the plan's own CUDA release from PyPI, added to (a copy of) its toolkit."""
+    inputs = planner.inputs
+    request = inputs.toolkit_request
+    if request is not None:
+        missing = [c for c in components if c not in request.components]
+        if missing and request.release in pypi.releases():
+            use_pypi_toolkit(planner, pypi.with_components(request, missing),
+                             f"adds {', '.join(missing)} of CUDA {request.release} from PyPI")
+        return
+    version = plan_cuda_version(inputs)
+    root = inputs.toolkit_root
+    request = pypi.component_request(version, components, root) if version and root else None
+    if request is not None:
+        wheels = pypi.release(request.release).wheels
+        use_pypi_toolkit(planner, request, "a copy of " + root + " with " +
+                         ", ".join(f"{wheels[c].package}=={wheels[c].version}" for c in components) + " from PyPI")
+
+
+def move_to_pypi_toolkit(planner: PlanDraft) -> None:
+    """A whole CUDA release from PyPI that compiles every architecture of the plan and accepts the host gcc,
+    when the current toolkit does not."""
+    inputs, facts = planner.inputs, planner.facts
+    architectures = [a for a in inputs.architectures.split(";") if a]
+    version = plan_cuda_version(inputs)
+    host = host_compiler(facts, planner.env)
+    gcc = version_tuple(host.version)[:1] if host and "clang" not in host.banner.lower() else ()
+    release = pypi_release_for(facts, architectures, gcc[0] if gcc else None)
+    current = inputs.toolkit_request
+    if not release or (current is not None and current.release == release and not current.base):
+        return
+    fits_now = version and all(toolkit_supports_arch(version, a)[0] for a in architectures)
+    limits = compatibility.host_compiler_limits(version) if version else None
+    if fits_now and (not gcc or limits is None or gcc[0] <= limits.max_gcc):
+        return
+    use_pypi_toolkit(planner, pypi.full_request(f"pypi:{release}"),
+                     f"CUDA {release} from PyPI compiles {';'.join(architectures)} and accepts the host compiler")
+
+
+def use_pypi_toolkit(planner: PlanDraft, request: pypi.ToolkitRequest, why: str) -> None:
+    root = pypi.root_for(request, planner.inputs.cache_dir)
+    planner.toolkit_request = request
+    planner.toolkit = planned_toolkit(request, planner.inputs.cache_dir)
+    planner.env["CUDACXX"] = str(pypi.nvcc_of(root))
+    planner.decide("CUDA toolkit", str(root), why + "; build assembles it unless it exists")
+    if planner.platform != "windows":
+        use_toolkit_libraries(planner.runtime_env, str(root))
+
+
+def planning(inputs: BackendInputs) -> PlanDraft:
+    """A draft with the toolkit this plan builds with: the one cuda.toolkit names, else the one detect found that
+    fits the driver and the architectures best."""
+    draft = PlanDraft(inputs)
+    draft.toolkit = choose_toolkit_for(draft)
+    return draft
+
+
 class CudaBackend(BackendUnit):
-    name = Backend.CUDA
+    name = "cuda"
     cmake_switch = "-DGGML_CUDA=on"
+    settings_type = CudaSettings
     facts_read = ("gpus", "driver", "cuda_toolkits", "compilers", "visual_studio", "libcuda_paths",
                   "stub_on_ld_library_path", "wsl_driver_libs")
     knowledge = ("cuda.yaml", "cuda_wheels.yaml", "gpus.yaml")
@@ -460,49 +566,89 @@ class CudaBackend(BackendUnit):
     auto_rank = 10
     mib_per_compile_job = 3 * GIB_MIB
     device_log_name = "CUDA"
+    platforms = ("linux", "wsl", "windows")
     status = "runs on the GPU machine"
 
-    def prepare(self, planner: Planner) -> None:
-        planner.toolkit = choose_toolkit_for(planner)
-        check_architectures(planner)
+    def check_settings(self, settings: CudaSettings) -> None:
+        check_architectures_syntax(settings.architectures)
+        if settings.toolkit.lower().startswith("pypi:"):
+            try:
+                pypi.check_spec(settings.toolkit)
+            except pypi.ToolkitError as err:
+                raise ParameterError(str(err)) from None
 
-    def assess(self, planner: Planner) -> Assessment:
-        gpu, toolkit = planner.facts.best_gpu, planner.toolkit
+    def whichever_built(self, inputs: BackendInputs) -> BackendPlan:
+        draft = PlanDraft(inputs)
+        draft.toolkit = choose_toolkit_for(PlanDraft(inputs))  # its decision belongs to a CUDA plan only
+        check_architectures(draft)
+        return BackendPlan(blockers=tuple(draft.blockers), warnings=tuple(draft.warnings))
+
+    def assess(self, inputs: BackendInputs) -> Assessment:
+        gpu, toolkit = inputs.facts.best_gpu, planning(inputs).toolkit
         if gpu and toolkit:
             return Assessment(f"{gpu.name} (compute {gpu.compute_capability}) and CUDA {toolkit.version} found")
         return Assessment(blocked_because="no NVIDIA GPU visible" if not gpu else "no CUDA toolkit (nvcc) found")
 
-    def requested(self, planner: Planner) -> Backend:
+    def requested(self, inputs: BackendInputs) -> Choice:
+        planner = planning(inputs)
         toolkit = planner.toolkit
+        planner.decisions.clear()  # the toolkit's own decision is the plan's, below the backend's
         if toolkit is None:
-            spec = planner.params.cuda.toolkit
+            spec = planner.settings.toolkit
             where = "" if spec == "auto" else f" at {spec}"
             planner.block("cuda-toolkit-missing", f"backend cuda asked for, but no CUDA toolkit{where} was found: the "
                           "build will fail; install one, or set cuda.toolkit")
             propose_pypi_toolkit(planner, "no CUDA toolkit found")
-            planner.decide("backend", "cuda", "asked for in parameters; no toolkit found")
+            planner.decide("backend", self.name, "asked for in parameters; no toolkit found")
         else:
-            planner.decide("backend", "cuda", f"asked for in parameters; CUDA {toolkit.version}")
-        return self.name
+            planner.decide("backend", self.name, f"asked for in parameters; CUDA {toolkit.version}")
+        return Choice(self.name, planner.result())
 
-    def settings_given(self, planner: Planner) -> list[str]:
-        cuda = planner.params.cuda
-        return ([f"cuda.architectures={cuda.architectures}"] if cuda.architectures != "native" else []) + \
-            ([f"cuda.toolkit={cuda.toolkit}"] if cuda.toolkit != "auto" else [])
-
-    def fallback_hint(self, planner: Planner) -> None:
-        gpu = planner.facts.best_gpu
+    def fallback_hint(self, inputs: BackendInputs) -> BackendPlan:
+        planner = planning(inputs)
+        planner.decisions.clear()
+        gpu = inputs.facts.best_gpu
         if gpu:
             propose_pypi_toolkit(planner, f"{gpu.name} found but no CUDA toolkit; for a CUDA build set backend: cuda")
+        return planner.result()
 
-    def configure(self, planner: Planner) -> None:
+    def plan(self, inputs: BackendInputs) -> BackendPlan:
+        planner = planning(inputs)
         configure(planner)
         if planner.platform in ("linux", "wsl"):
             check_driver_libraries(planner)
+        return planner.result()
+
+    def expected_build_time(self, inputs: BackendInputs, planned: BackendPlan) -> BackendPlan:
+        planner = PlanDraft(inputs)
+        planner.toolkit, planner.architectures = planned.toolkit, planned.architectures
+        expected_build_time(planner)
+        return planner.result()
+
+    def remedy(self, remedy: Remedy, inputs: BackendInputs) -> BackendPlan:
+        draft = PlanDraft(inputs)
+        gpu = inputs.facts.best_gpu
+        if remedy.use_detected_arch and gpu:
+            draft.architectures = draft.gpu_targets = gpu.arch
+            draft.add_cmake_arg(f"-DCMAKE_CUDA_ARCHITECTURES={gpu.arch}")
+        if remedy.toolkit_add:
+            add_toolkit_components(draft, list(remedy.toolkit_add))
+        if remedy.pypi_toolkit:
+            move_to_pypi_toolkit(draft)
+        if remedy.shared_cxx_runtime and draft.env.get("CXX"):
+            # CUDAHOSTCXX in the build's environment wins over -DCMAKE_CUDA_HOST_COMPILER: both must name it
+            draft.env["CUDAHOSTCXX"] = draft.env["CXX"]
+            draft.add_cmake_arg(f"-DCMAKE_CUDA_HOST_COMPILER={draft.env['CXX']}")
+            draft.decide("CUDA host compiler", draft.env["CXX"], "the C++ compiler the remedy chose: CUDAHOSTCXX and "
+                         "-DCMAKE_CUDA_HOST_COMPILER both name it, since CUDAHOSTCXX overrides CMake's argument")
+        return draft.result()
+
+    def toolkit_release(self, inputs: BackendInputs) -> str:
+        return plan_cuda_version(inputs)
+
+    def devices(self, facts: Facts) -> list[Device]:
+        return [Device(self.name, gpu.name, detail=f"compute {gpu.compute_capability}") for gpu in facts.gpus]
 
     def device(self, facts: Facts) -> str:
         best = facts.best_gpu
         return best.name if best else ""
-
-    def expected_build_time(self, planner: Planner) -> None:
-        expected_build_time(planner)

@@ -9,27 +9,37 @@ Reads detect's ``rocm`` (hipconfig, rocminfo's gfx targets, ROCm's clang, hipBLA
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
+from playbook.errors import ParameterError
+from playbook.facts import Device, Facts, Rocm
 from playbook.knowledge import compatibility
-from playbook.params import Backend
-from playbook.steps.detect import Facts, Rocm
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
 
 # Where the linker looks without being told: a ROCm library folder elsewhere needs -L.
 SYSTEM_LIB_DIRS = ("/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64")
+
+
+@dataclass(frozen=True)
+class HipSettings:
+    """The ``hip:`` parameter section."""
+
+    targets: str = "native"
+    """"native": the detected GPUs' gfx targets; otherwise a list such as "gfx1100;gfx1030"."""
+    rocm_path: str = ""
+    """The ROCm folder to build with (the one holding bin/hipconfig), before $ROCM_PATH, /opt/rocm* and /usr; e.g.
+    Debian's ROCm unpacked by scripts/rocm-debian.sh. Empty: detect's search alone."""
 
 
 def usable(rocm: Rocm) -> bool:
     return rocm.found and bool(rocm.gpus) and bool(rocm.hip_clang)
 
 
-def configure(planner: Planner) -> None:
-    rocm, wanted = planner.facts.rocm, planner.params.hip.targets
-    planner.cmake_args.append(HipBackend.cmake_switch)
+def configure(planner: PlanDraft) -> None:
+    rocm, wanted = planner.facts.rocm, planner.settings.targets
+    planner.add_cmake_arg(HipBackend.cmake_switch)
     if not rocm.found:
         planner.block("rocm-missing", "backend hip asked for, but no ROCm (hipconfig, /opt/rocm) was found: the build "
                       "will fail; install ROCm (https://rocm.docs.amd.com/projects/install-on-linux/) or set ROCM_PATH")
@@ -38,7 +48,7 @@ def configure(planner: Planner) -> None:
     _libraries(planner, rocm)
 
 
-def _targets(planner: Planner, rocm: Rocm, wanted: str) -> None:
+def _targets(planner: PlanDraft, rocm: Rocm, wanted: str) -> None:
     if wanted == "native":
         targets = rocm.gfx_targets
         why = "the detected GPUs (rocminfo): " + ", ".join(f"{g.name or '?'} {g.gfx}" for g in rocm.gpus)
@@ -50,8 +60,8 @@ def _targets(planner: Planner, rocm: Rocm, wanted: str) -> None:
                       "or check that this user can open /dev/kfd (groups render and video)")
         return
     planner.gpu_targets = ";".join(targets)
-    planner.set_cmake_arg(f"-DAMDGPU_TARGETS={planner.gpu_targets}")
-    planner.set_cmake_arg(f"-DGPU_TARGETS={planner.gpu_targets}")
+    planner.add_cmake_arg(f"-DAMDGPU_TARGETS={planner.gpu_targets}")
+    planner.add_cmake_arg(f"-DGPU_TARGETS={planner.gpu_targets}")
     planner.decide("gfx targets", planner.gpu_targets, why)
     for gfx in targets:
         supported, reason = compatibility.rocm_supports_gfx(rocm.version, gfx)
@@ -61,7 +71,7 @@ def _targets(planner: Planner, rocm: Rocm, wanted: str) -> None:
             planner.warn("rocm-gfx-unknown", f"{reason}: the playbook cannot say whether ROCm {rocm.version} supports it")
 
 
-def _compiler(planner: Planner, rocm: Rocm) -> None:
+def _compiler(planner: PlanDraft, rocm: Rocm) -> None:
     _minimum(planner, rocm)
     if not rocm.hip_clang:
         if rocm.found:
@@ -87,10 +97,9 @@ def _compiler(planner: Planner, rocm: Rocm) -> None:
                    + (", Debian's layout (ROCM_PATH left unset)" if rocm.layout == "debian" else ""))
 
 
-def _minimum(planner: Planner, rocm: Rocm) -> None:
+def _minimum(planner: PlanDraft, rocm: Rocm) -> None:
     """Refuse a ROCm older than the llama.cpp of the asked release accepts, naming the newest release that builds."""
-    source = planner.params.source
-    release = source.version if source.kind == "sdist" else ""
+    release = planner.inputs.source_release
     row = compatibility.llama_cpp_min_rocm(release)
     if not (row and rocm.version):
         return
@@ -106,7 +115,7 @@ def _minimum(planner: Planner, rocm: Rocm) -> None:
                   f"{release or '(this source)'}'s llama.cpp accepts ({why}): {fix}")
 
 
-def _debian_layout(planner: Planner, rocm: Rocm) -> None:
+def _debian_layout(planner: PlanDraft, rocm: Rocm) -> None:
     """Debian's ROCm packages: CMake new enough for lib/<multiarch>/cmake, the libraries' folder for the linker,
     and a glibc the libraries can load with."""
     cmake = planner.facts.cmake
@@ -129,7 +138,7 @@ def _debian_layout(planner: Planner, rocm: Rocm) -> None:
         planner.env["LDFLAGS"] = " ".join(filter(None, ldflags))
 
 
-def _libraries(planner: Planner, rocm: Rocm) -> None:
+def _libraries(planner: PlanDraft, rocm: Rocm) -> None:
     if rocm.found and not (rocm.has_hipblas and rocm.has_rocblas):
         missing = " and ".join(n for n, ok in (("hipBLAS", rocm.has_hipblas), ("rocBLAS", rocm.has_rocblas)) if not ok)
         planner.block("hipblas-missing", f"{missing} not found under {rocm.root}/lib: ggml-hip's find_package(hipblas) "
@@ -138,8 +147,10 @@ def _libraries(planner: Planner, rocm: Rocm) -> None:
 
 
 class HipBackend(BackendUnit):
-    name = Backend.HIP
+    name = "hip"
     cmake_switch = "-DGGML_HIP=on"
+    settings_type = HipSettings
+    platforms = ("linux", "wsl", "windows")
     facts_read = ("rocm",)
     knowledge = ("rocm.yaml",)
     failure_family = "hip"
@@ -149,8 +160,14 @@ class HipBackend(BackendUnit):
     device_log_name = "ROCm"
     status = "compiled only"
 
-    def assess(self, planner: Planner) -> Assessment:
-        rocm = planner.facts.rocm
+    def check_settings(self, settings: HipSettings) -> None:
+        folder = settings.rocm_path
+        if folder and not (Path(folder).expanduser() / "bin" / "hipconfig").is_file():
+            raise ParameterError(f"hip.rocm_path {folder!r} holds no bin/hipconfig; give the ROCm folder above bin/ "
+                                 "(/opt/rocm-6.2.4, or what scripts/rocm-debian.sh prints), or leave it empty")
+
+    def assess(self, inputs: BackendInputs) -> Assessment:
+        rocm = inputs.facts.rocm
         if usable(rocm):
             gpus = ", ".join(g.name or g.gfx for g in rocm.gpus)
             return Assessment(f"{gpus} ({', '.join(rocm.gfx_targets)}) and ROCm {rocm.version or '?'} found")
@@ -158,16 +175,15 @@ class HipBackend(BackendUnit):
                           else "rocminfo lists no AMD GPU" if not rocm.gpus
                           else "no HIP compiler (ROCm's llvm/bin/clang)")
 
-    def requested(self, planner: Planner) -> Backend:
-        planner.decide("backend", "hip", f"asked for in parameters; ROCm {planner.facts.rocm.version or 'not found'}")
-        return self.name
+    def requested(self, inputs: BackendInputs) -> Choice:
+        draft = PlanDraft(inputs)
+        draft.decide("backend", self.name, f"asked for in parameters; ROCm {inputs.facts.rocm.version or 'not found'}")
+        return Choice(self.name, draft.result())
 
-    def settings_given(self, planner: Planner) -> list[str]:
-        targets = planner.params.hip.targets
-        return [f"hip.targets={targets}"] if targets != "native" else []
+    def plan(self, inputs: BackendInputs) -> BackendPlan:
+        draft = PlanDraft(inputs)
+        configure(draft)
+        return draft.result()
 
-    def configure(self, planner: Planner) -> None:
-        configure(planner)
-
-    def device(self, facts: Facts) -> str:
-        return facts.rocm.gpus[0].name if facts.rocm.gpus else ""
+    def devices(self, facts: Facts) -> list[Device]:
+        return [Device(self.name, g.name or g.gfx, detail=g.gfx) for g in facts.rocm.gpus]

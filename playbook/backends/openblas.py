@@ -8,15 +8,12 @@ Reads detect's ``openblas`` (the library a link uses, cblas.h, pkg-config) and `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from playbook.backends.base import Assessment, BackendUnit
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
+from playbook.facts import OpenBlas
 from playbook.knowledge import compatibility
-from playbook.params import Backend
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
-    from playbook.steps.detect import OpenBlas
 
 # Folders CMake's find_library and pkg-config search without being told.
 STANDARD_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib")
@@ -45,7 +42,7 @@ def missing(openblas: OpenBlas) -> list[str]:
 
 
 class OpenBlasBackend(BackendUnit):
-    name = Backend.OPENBLAS
+    name = "openblas"
     cmake_switch = "-DGGML_BLAS=ON"
     facts_read = ("openblas", "os")
     knowledge = ("blas.yaml",)
@@ -56,21 +53,27 @@ class OpenBlasBackend(BackendUnit):
     ggml_device = "BLAS"
     status = "runs here"
 
-    def assess(self, planner: Planner) -> Assessment:
-        lacking = missing(planner.facts.openblas)
+    def assess(self, inputs: BackendInputs) -> Assessment:
+        lacking = missing(inputs.facts.openblas)
         if lacking:
             return Assessment(blocked_because=f"missing {', '.join(lacking)}")
-        return Assessment(f"OpenBLAS {planner.facts.openblas.library} and its cblas.h found")
+        return Assessment(f"OpenBLAS {inputs.facts.openblas.library} and its cblas.h found")
 
-    def requested(self, planner: Planner) -> Backend:
-        super().requested(planner)
-        planner.warn("cpu-only", "CPU-only build with OpenBLAS: the wheel will not offload any layer to a GPU")
-        return self.name
+    def requested(self, inputs: BackendInputs) -> Choice:
+        draft = PlanDraft(inputs)
+        draft.include(super().requested(inputs).plan)
+        draft.warn("cpu-only", "CPU-only build with OpenBLAS: the wheel will not offload any layer to a GPU")
+        return Choice(self.name, draft.result())
 
-    def configure(self, planner: Planner) -> None:
+    def plan(self, inputs: BackendInputs) -> BackendPlan:
+        draft = PlanDraft(inputs)
+        self._plan(draft)
+        return draft.result()
+
+    def _plan(self, planner: PlanDraft) -> None:
         openblas, cmake = planner.facts.openblas, table()["cmake"]
         for arg in cmake["args"]:
-            planner.set_cmake_arg(arg)
+            planner.add_cmake_arg(arg)
         planner.decide("BLAS", "OpenBLAS (" + " ".join(cmake["args"]) + ")", cmake["source"])
         if not openblas.library or not openblas.cblas_header:
             lacking = " and ".join(w for w in missing(openblas) if w != "pkg-config")
@@ -86,14 +89,14 @@ class OpenBlasBackend(BackendUnit):
                           f"find_package(PkgConfig REQUIRED) to find cblas.h ({cmake['pkg_config_source']}); install "
                           f"it ({install_line(planner.platform)})")
 
-    def _prefix(self, planner: Planner, openblas: OpenBlas) -> None:
+    def _prefix(self, planner: PlanDraft, openblas: OpenBlas) -> None:
         """An OpenBLAS outside the standard folders (Homebrew's keg-only one, a conda environment) is found only
         through CMAKE_PREFIX_PATH (the library) and PKG_CONFIG_PATH (its openblas.pc)."""
         folder = Path(openblas.library).parent
         if str(folder) in STANDARD_LIB_DIRS or folder.parent == Path("/usr/lib"):
             return
         prefix = folder.parent
-        planner.set_cmake_arg(f"-DCMAKE_PREFIX_PATH={prefix.as_posix()}")
+        planner.add_cmake_arg(f"-DCMAKE_PREFIX_PATH={prefix.as_posix()}")
         planner.env["PKG_CONFIG_PATH"] = (folder / "pkgconfig").as_posix()
         planner.decide("OpenBLAS prefix", prefix.as_posix(), "outside the folders CMake and pkg-config search by "
                        "themselves: CMAKE_PREFIX_PATH and PKG_CONFIG_PATH point at it")

@@ -12,13 +12,10 @@ for the build and verify steps that start one. Reads no detected facts beyond th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from playbook.backends.plan import BackendPlan, Decision, PlanWarning, cmake_define
 from playbook.knowledge import compatibility
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
-
 
 # The client's ggml backend library, which the wheel holds and loads beside the CPU's.
 CLIENT_LIBRARY = "ggml-rpc"
@@ -44,18 +41,15 @@ def table() -> dict[str, Any]:
     return compatibility.knowledge("rpc")
 
 
-def configure(planner: Planner) -> None:
-    """``-DGGML_RPC=ON`` on the chosen backend's arguments (after it configured them)."""
+def client_plan(backend: str, builds_llama_cpp: bool) -> BackendPlan:
+    """``-DGGML_RPC=ON`` on the chosen backend's arguments (the planner adds it after the backend's plan)."""
     client = table()["client"]
-    if not planner.builds_llama_cpp():
-        planner.warn("rpc-needs-a-build", "build.rpc is set, but a prebuilt library compiles no llama.cpp: RPC is "
-                     "whatever the library was built with")
-        return
-    for arg in client["args"]:
-        planner.set_cmake_arg(arg)
-    planner.decide("RPC", " ".join(client["args"]),
-                   f"build.rpc: the wheel also offloads to rpc-server processes, beside {planner.backend.value} "
-                   f"({client['source']})")
+    if not builds_llama_cpp:
+        return BackendPlan(warnings=(PlanWarning("rpc-needs-a-build", "build.rpc is set, but a prebuilt library "
+                                                 "compiles no llama.cpp: RPC is whatever the library was built with"),))
+    return BackendPlan(cmake_args=tuple(client["args"]), decisions=(Decision(
+        "RPC", " ".join(client["args"]),
+        f"build.rpc: the wheel also offloads to rpc-server processes, beside {backend} ({client['source']})"),))
 
 
 def server_plan(cmake_args: list[str], backend: str = "", env: dict[str, str] | None = None) -> RpcPlan:
@@ -64,5 +58,5 @@ def server_plan(cmake_args: list[str], backend: str = "", env: dict[str, str] | 
     server = table()["server"]
     names = {arg.split("=", 1)[0] for arg in server["args"]}
     dropped = {f"-D{name}" for name in server["binding_only"]} | names
-    kept = [a for a in cmake_args if a.split("=", 1)[0].split(":", 1)[0] not in dropped]
+    kept = [a for a in cmake_args if not ((define := cmake_define(a)) and f"-D{define[0]}" in dropped)]
     return RpcPlan(server["target"], server["source_dir"], kept + list(server["args"]), backend, dict(env or {}))

@@ -9,15 +9,12 @@ CMake and by the loader only in a shell where setvars ran, so the plan refuses t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
+from playbook.backends.plan import BackendInputs, BackendPlan, PlanDraft
+from playbook.facts import Device, Facts, Sycl, Tool
 from playbook.knowledge import compatibility
-from playbook.params import Backend
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
-    from playbook.steps.detect import Facts, Sycl, Tool
 
 
 def table() -> dict[str, Any]:
@@ -36,7 +33,7 @@ def compiler(sycl: Sycl, platform: str) -> Tool:
 
 
 class SyclBackend(BackendUnit):
-    name = Backend.SYCL
+    name = "sycl"
     cmake_switch = "-DGGML_SYCL=on"
     facts_read = ("sycl", "os")
     knowledge = ("sycl.yaml",)
@@ -46,9 +43,9 @@ class SyclBackend(BackendUnit):
     device_log_name = "SYCL"
     status = "planned only"
 
-    def assess(self, planner: Planner) -> Assessment:
-        sycl = planner.facts.sycl
-        cxx = compiler(sycl, planner.platform or "linux")
+    def assess(self, inputs: BackendInputs) -> Assessment:
+        sycl = inputs.facts.sycl
+        cxx = compiler(sycl, inputs.platform or "linux")
         if not sycl.found:
             return Assessment(blocked_because="no Intel oneAPI (setvars, icpx) found")
         if not cxx.found:
@@ -57,18 +54,23 @@ class SyclBackend(BackendUnit):
             return Assessment(blocked_because=f"{cxx.name} {cxx.version} found, but sycl-ls lists no GPU")
         return Assessment(f"{sycl.gpus[0].name} and {cxx.name} {cxx.version} found")
 
-    def not_automatic(self, planner: Planner) -> str:
-        assessment = self.assess(planner)
+    def not_automatic(self, inputs: BackendInputs) -> str:
+        assessment = self.assess(inputs)
         return assessment.blocked_because or (f"{assessment.usable_because}, but SYCL builds are planned only, never "
                                               "run by the playbook: set backend: sycl to build it")
 
-    def configure(self, planner: Planner) -> None:
+    def plan(self, inputs: BackendInputs) -> BackendPlan:
+        draft = PlanDraft(inputs)
+        self._plan(draft)
+        return draft.result()
+
+    def _plan(self, planner: PlanDraft) -> None:
         sycl, platform = planner.facts.sycl, planner.platform
         compilers = for_platform(table()["compilers"], platform)
         setvars = for_platform(table()["setvars"], platform)
-        super().configure(planner)
-        planner.set_cmake_arg(f"-DCMAKE_C_COMPILER={compilers['c']}")
-        planner.set_cmake_arg(f"-DCMAKE_CXX_COMPILER={compilers['cxx']}")
+        planner.add_cmake_arg(self.cmake_switch)
+        planner.add_cmake_arg(f"-DCMAKE_C_COMPILER={compilers['c']}")
+        planner.add_cmake_arg(f"-DCMAKE_CXX_COMPILER={compilers['cxx']}")
         planner.decide("SYCL compilers", f"{compilers['c']} and {compilers['cxx']}",
                        f"as llama.cpp's SYCL guide builds it ({compilers['source']})")
         planner.warn("sycl-planned-only", "SYCL is planned and diagnosed only: the playbook has never built or run it")
@@ -97,13 +99,13 @@ class SyclBackend(BackendUnit):
             planner.runtime_env[row["name"]] = row["value"]
             planner.decide(row["name"], row["value"], row["source"])
 
-    def _version(self, planner: Planner, version: str) -> None:
+    def _version(self, planner: PlanDraft, version: str) -> None:
         minimum = table()["minimum_oneapi"]
         if version and compatibility.version_tuple(version) < compatibility.version_tuple(minimum["version"]):
             planner.block("oneapi-too-old", f"oneAPI {version} is older than {minimum['version']}, the oldest the SYCL "
                           f"backend compiles with ({minimum['source']}): install oneAPI {minimum['version']} or newer")
 
-    def _devices(self, planner: Planner, sycl: Sycl) -> None:
+    def _devices(self, planner: PlanDraft, sycl: Sycl) -> None:
         if sycl.gpus:
             planner.decide("SYCL devices", ", ".join(f"{d.name} ({d.backend})" for d in sycl.gpus),
                            "sycl-ls; llama.cpp uses the level_zero GPUs by default (ONEAPI_DEVICE_SELECTOR to choose)")
@@ -112,6 +114,10 @@ class SyclBackend(BackendUnit):
             else "sycl-ls lists no GPU"
         planner.warn("sycl-no-gpu", f"no SYCL GPU seen ({why}): the wheel may build, but verify will offload nothing "
                      "unless an Intel GPU and its driver are present where it runs")
+
+    def devices(self, facts: Facts) -> list[Device]:
+        return [Device(self.name, d.name, kind="gpu" if d.is_gpu else "cpu", detail=d.backend)
+                for d in facts.sycl.devices]
 
     def device(self, facts: Facts) -> str:
         return facts.sycl.gpus[0].name if facts.sycl.gpus else ""

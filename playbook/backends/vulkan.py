@@ -8,20 +8,26 @@ headers, whose version the pinned llama.cpp needs to be recent (``knowledge/vulk
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
+from playbook.errors import ParameterError
+from playbook.facts import Device, Facts, Vulkan
 from playbook.knowledge import compatibility
-from playbook.params import Backend
-from playbook.steps.detect import Facts, Vulkan
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
 
 VISIBLE_DEVICES = "GGML_VK_VISIBLE_DEVICES"
 # Where compilers and CMake's FindVulkan look without being told.
 DEFAULT_INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
+
+
+@dataclass(frozen=True)
+class VulkanSettings:
+    """The ``vulkan:`` parameter section."""
+
+    include_dir: str = ""
+    """The folder holding vulkan/vulkan_core.h; empty: the newest of $VULKAN_SDK/include and the system's."""
 
 
 def usable(vulkan: Vulkan) -> bool:
@@ -48,16 +54,16 @@ def describe(vulkan: Vulkan) -> str:
     return ", ".join(f"{d.name} ({d.device_type}, {d.driver_name or 'driver ?'})" for d in vulkan.devices)
 
 
-def configure(planner: Planner) -> None:
+def configure(planner: PlanDraft) -> None:
     vulkan = planner.facts.vulkan
-    planner.cmake_args.append(VulkanBackend.cmake_switch)
+    planner.add_cmake_arg(VulkanBackend.cmake_switch)
     _headers(planner, vulkan)
     _shader_compiler(planner, vulkan)
     _spirv_headers(planner, vulkan)
     _devices(planner, vulkan)
 
 
-def _headers(planner: Planner, vulkan: Vulkan) -> None:
+def _headers(planner: PlanDraft, vulkan: Vulkan) -> None:
     minimum, source, newer = compatibility.vulkan_min_headers()
     if not vulkan.headers:
         planner.block("vulkan-headers-missing",
@@ -71,13 +77,13 @@ def _headers(planner: Planner, vulkan: Vulkan) -> None:
                       f"pinned llama.cpp compiles with (vk::LayerSettingEXT is undeclared before it: {source}); "
                       f"install {newer} and set vulkan.include_dir or VULKAN_SDK")
     if str(Path(chosen.include_dir)) not in DEFAULT_INCLUDE_DIRS:
-        planner.set_cmake_arg(f"-DVulkan_INCLUDE_DIR={Path(chosen.include_dir).as_posix()}")
+        planner.add_cmake_arg(f"-DVulkan_INCLUDE_DIR={Path(chosen.include_dir).as_posix()}")
     planner.decide("Vulkan headers", f"{chosen.version} in {chosen.include_dir}",
                    f"found by {chosen.found_by}" + (f"; newest of {len(vulkan.headers)} found" if len(vulkan.headers) > 1
                                                     else ""))
 
 
-def _shader_compiler(planner: Planner, vulkan: Vulkan) -> None:
+def _shader_compiler(planner: PlanDraft, vulkan: Vulkan) -> None:
     if not vulkan.glslc.found:
         planner.block("glslc-missing",
                       "no glslc (the GLSL to SPIR-V compiler) found: ggml-vulkan's find_package(Vulkan COMPONENTS glslc) "
@@ -87,7 +93,7 @@ def _shader_compiler(planner: Planner, vulkan: Vulkan) -> None:
                    "compiles ggml-vulkan's compute shaders to SPIR-V during the build")
 
 
-def _spirv_headers(planner: Planner, vulkan: Vulkan) -> None:
+def _spirv_headers(planner: PlanDraft, vulkan: Vulkan) -> None:
     if not vulkan.spirv_headers:
         planner.block("spirv-headers-missing",
                       "no SPIRV-HeadersConfig.cmake found: ggml-vulkan's find_package(SPIRV-Headers CONFIG REQUIRED) "
@@ -95,11 +101,11 @@ def _spirv_headers(planner: Planner, vulkan: Vulkan) -> None:
         return
     config_dir = Path(vulkan.spirv_headers).parent
     if not config_dir.as_posix().startswith(("/usr/share/", "/usr/lib/", "/usr/local/")):
-        planner.set_cmake_arg(f"-DSPIRV-Headers_DIR={config_dir.as_posix()}")
+        planner.add_cmake_arg(f"-DSPIRV-Headers_DIR={config_dir.as_posix()}")
     planner.decide("SPIR-V headers", str(config_dir), "ggml-vulkan's find_package(SPIRV-Headers CONFIG) reads them")
 
 
-def _devices(planner: Planner, vulkan: Vulkan) -> None:
+def _devices(planner: PlanDraft, vulkan: Vulkan) -> None:
     if not vulkan.loader:
         planner.warn("vulkan-loader-missing",
                      "no Vulkan loader (libvulkan.so.1 / vulkan-1.dll) found: the wheel will build but not load; install "
@@ -125,8 +131,9 @@ def _devices(planner: Planner, vulkan: Vulkan) -> None:
 
 
 class VulkanBackend(BackendUnit):
-    name = Backend.VULKAN
+    name = "vulkan"
     cmake_switch = "-DGGML_VULKAN=on"
+    settings_type = VulkanSettings
     facts_read = ("vulkan",)
     knowledge = ("vulkan.yaml",)
     failure_family = "vulkan"
@@ -136,8 +143,14 @@ class VulkanBackend(BackendUnit):
     device_log_name = "Vulkan"
     status = "runs here (lavapipe) and on the GPU machine"
 
-    def assess(self, planner: Planner) -> Assessment:
-        vk = planner.facts.vulkan
+    def check_settings(self, settings: VulkanSettings) -> None:
+        folder = settings.include_dir
+        if folder and not (Path(folder).expanduser() / "vulkan" / "vulkan_core.h").is_file():
+            raise ParameterError(f"vulkan.include_dir {folder!r} holds no vulkan/vulkan_core.h; give the folder "
+                                 "above vulkan/ (e.g. /usr/include), or leave it empty to use the newest found")
+
+    def assess(self, inputs: BackendInputs) -> Assessment:
+        vk = inputs.facts.vulkan
         if usable(vk):
             return Assessment(f"Vulkan GPU {describe(vk)}; headers, glslc and SPIR-V headers found")
         if not vk.devices:
@@ -147,18 +160,20 @@ class VulkanBackend(BackendUnit):
                               "the CPU backend; set backend: vulkan to build for it anyway")
         return Assessment(blocked_because=f"Vulkan GPU {describe(vk)}, but missing {', '.join(missing(vk))}")
 
-    def requested(self, planner: Planner) -> Backend:
-        devices = describe(planner.facts.vulkan) or "no Vulkan device seen"
-        planner.decide("backend", "vulkan", f"asked for in parameters; {devices}")
-        return self.name
+    def requested(self, inputs: BackendInputs) -> Choice:
+        devices = describe(inputs.facts.vulkan) or "no Vulkan device seen"
+        where = " (MoltenVK on macOS)" if inputs.platform == "macos" else ""
+        draft = PlanDraft(inputs)
+        draft.decide("backend", self.name, f"asked for in parameters{where}; {devices}")
+        return Choice(self.name, draft.result())
 
-    def settings_given(self, planner: Planner) -> list[str]:
-        folder = planner.params.vulkan.include_dir
-        return [f"vulkan.include_dir={folder}"] if folder else []
+    def plan(self, inputs: BackendInputs) -> BackendPlan:
+        draft = PlanDraft(inputs)
+        configure(draft)
+        return draft.result()
 
-    def configure(self, planner: Planner) -> None:
-        configure(planner)
-
-    def device(self, facts: Facts) -> str:
+    def devices(self, facts: Facts) -> list[Device]:
         """CPU-type devices count too: configure makes them visible (GGML_VK_VISIBLE_DEVICES)."""
-        return facts.vulkan.devices[0].name if facts.vulkan.devices else ""
+        return [Device(self.name, d.name, kind="cpu" if d.device_type == "cpu" else "gpu",
+                       detail="CPU type" if d.device_type == "cpu" else d.device_type)
+                for d in facts.vulkan.devices]

@@ -12,11 +12,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playbook.backends import registry
+from playbook.facts import Facts
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.serialization import write_json
 from playbook.steps.configure import BuildPlan
-from playbook.steps.detect import Facts
 from playbook.verify.step import VerifyResult
 
 
@@ -61,14 +62,16 @@ def judge(run_dir: Path, commit: str) -> Verdict:
         verdict.gpu, verdict.driver = ", ".join(g.name for g in facts.gpus), facts.driver.version
     if layout.plan(1).is_file():
         plan = run.read(BuildPlan, layout.plan(1))
-        verdict.backend = plan.backend.value
+        verdict.backend = plan.backend
         verdict.decisions = [f"{d.what}: {d.value} ({d.reason})" for d in plan.decisions
                              if "compiler" in d.what or d.what == "C++ runtime"]
     if layout.verify_result(1).is_file():
         verdict.summary = run.read(VerifyResult, layout.verify_result(1)).summary
 
-    if verdict.backend != "cuda":
-        verdict.reasons.append(f"the plan's backend is {verdict.backend or 'unknown'}, not cuda")
+    wanted = run.params().backend
+    if verdict.backend != wanted or not registry.unit(wanted).offloads:
+        verdict.reasons.append(f"the plan's backend is {verdict.backend or 'unknown'}, not the GPU backend the "
+                               f"parameters ask for ({wanted})")
     for step in (Step.BUILD, Step.VERIFY):
         first = steps.get((step, 1))
         if first is None:

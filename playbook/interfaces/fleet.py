@@ -88,9 +88,9 @@ def expand_run_dirs(patterns: list[str], downloads: Path | None = None) -> list[
 
 
 def fleet_row(run_dir: Path) -> FleetRow:
+    from playbook.facts import Facts
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
-    from playbook.steps.detect import Facts
     from playbook.verify.step import VerifyResult
 
     run = RunFolder(Path(run_dir))
@@ -214,8 +214,8 @@ class OverlaySeries:
 
 def overlay_series(run_dir: Path) -> OverlaySeries:
     """The sweep of a run's last verified attempt (else its last verify), with its backend and GPU."""
+    from playbook.facts import Facts
     from playbook.steps.configure import BuildPlan
-    from playbook.steps.detect import Facts
     from playbook.verify.step import VerifyResult
 
     run = RunFolder(Path(run_dir))

@@ -23,6 +23,7 @@ import jinja2
 import nbformat
 from papermill.iorw import papermill_io
 
+from playbook.facts import Facts
 from playbook.interfaces.tables import plot_alt
 from playbook.knowledge.failures import Finding
 from playbook.runfolder.folder import RunFolder, RunRecord
@@ -31,7 +32,6 @@ from playbook.runfolder.layout import ATTESTATION, MANIFEST, REPORT_INDEX, WHEEL
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
-from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
 from playbook.verify.step import VerifyResult
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from playbook.facts import Facts
 from playbook.knowledge.failures import Finding
 from playbook.steps.build import BuildResult, ccache_summary
 from playbook.steps.configure import BuildPlan
-from playbook.steps.detect import Facts
 from playbook.verify.step import VerifyResult
 from playbook.verify.sweep import plot_description
 

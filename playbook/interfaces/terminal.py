@@ -217,7 +217,7 @@ def summary_lines(run: RunFolder, uploaded_to: str = "") -> list[str]:
             else:
                 lines.append(f"wheel: {wheel} ({how})")
                 lines.append(f"  install it: pip install {shlex.quote(str(wheel))}")
-        lines.append(f"backend: {plan.backend.value}" + (f", CUDA architectures {plan.cuda_architectures}"
+        lines.append(f"backend: {plan.backend}" + (f", CUDA architectures {plan.cuda_architectures}"
                                                         if plan.cuda_architectures else ""))
         if plan.remembered_repairs:
             lines.append(f"started from repairs that worked on this machine before: "

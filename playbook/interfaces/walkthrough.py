@@ -22,7 +22,8 @@ from typing import Any
 from playbook.backends import registry
 from playbook.chain import StepCall, execute_step, next_step
 from playbook.errors import PlaybookError
-from playbook.params import PARAMETER_BACKENDS, Params, load_params, with_changes
+from playbook.facts import Facts
+from playbook.params import Params, load_params, with_changes
 from playbook.resources import default_output_root, params_dir, resolve_params_file
 from playbook.runfolder.folder import RunFolder
 from playbook.runfolder.history import keep_file
@@ -30,13 +31,12 @@ from playbook.runfolder.layout import PARAMS, Step
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult, last_progress_of
 from playbook.steps.configure import BuildPlan
-from playbook.steps.detect import Facts
 from playbook.steps.repair import Diagnosis
 from playbook.verify.step import VerifyResult
 from playbook.verify.sweep import layer_counts
 from playbook.verify.synthetic_gguf import ModelSpec
 
-BACKENDS = [b.value for b in PARAMETER_BACKENDS]
+BACKENDS = registry.parameter_values()
 SHAPES = ["tiny", "1b", "7b"]
 QUANTS = ["F32", "F16", "Q8_0", "Q4_0"]
 POLL_S = 0.5
@@ -47,7 +47,7 @@ class Choices:
     """What a person may change before building, with the plan's values as defaults."""
 
     backend: str
-    cuda_architectures: str
+    backend_settings: dict[str, str]  # the planned backend's own section, by dotted key ("cuda.architectures")
     source_version: str
     source_sha256: str
     source_path: str
@@ -61,7 +61,7 @@ class Choices:
     def from_plan(cls, params: Params, plan: BuildPlan) -> Choices:
         return cls(
             backend=plan.backend if plan.backend in BACKENDS else params.backend,
-            cuda_architectures=plan.cuda_architectures or params.cuda.architectures,
+            backend_settings=backend_settings_shown(params, plan.backend),
             source_version=params.source.version,
             source_sha256=params.source.sha256,
             source_path=params.source.path,
@@ -75,6 +75,8 @@ class Choices:
     def changes_from(self, before: Choices) -> dict[str, Any]:
         """The parameters to change (dotted keys) for the fields that differ from ``before``."""
         changes: dict[str, Any] = {}
+        changes.update({key: value for key, value in self.backend_settings.items()
+                        if value != before.backend_settings.get(key)})
         for name, key in CHOICE_KEYS.items():
             value = getattr(self, name)
             if value == getattr(before, name):
@@ -89,7 +91,6 @@ class Choices:
 
 CHOICE_KEYS = {
     "backend": "backend",
-    "cuda_architectures": "cuda.architectures",
     "source_version": "source.version",
     "source_sha256": "source.sha256",
     "source_path": "source.path",
@@ -99,6 +100,14 @@ CHOICE_KEYS = {
     "model_quant": "model.quant",
     "n_gpu_layers": "verify.n_gpu_layers",
 }
+
+
+def backend_settings_shown(params: Params, backend: str) -> dict[str, str]:
+    """The planned backend's own parameters as the form shows them, by dotted key; none for a backend without."""
+    if backend not in registry.names():
+        return {}
+    settings = params.settings(backend)
+    return {f"{backend}.{key}": str(value) for key, value in vars(settings).items()}
 
 
 def parse_layer_counts(text: str) -> list[int]:
@@ -326,8 +335,6 @@ class Walkthrough:
         wide = w.Layout(width="40em")
         fields = {
             "backend": w.Dropdown(options=BACKENDS, value=choices.backend, description="backend", style=style),
-            "cuda_architectures": w.Text(choices.cuda_architectures, description="CUDA architectures",
-                                         style=style, layout=wide),
             "source_version": w.Text(choices.source_version, description="source version", style=style),
             "source_sha256": w.Text(choices.source_sha256, description="sdist sha256", style=style, layout=wide),
             "source_path": w.Text(choices.source_path, description="or source path", style=style, layout=wide,
@@ -339,11 +346,14 @@ class Walkthrough:
             "model_quant": w.Dropdown(options=QUANTS, value=choices.model_quant, description="model type", style=style),
             "n_gpu_layers": w.Text(choices.n_gpu_layers, description="layers to sweep", style=style, layout=wide),
         }
+        settings = {key: w.Text(value, description=key, style=style, layout=wide)
+                    for key, value in choices.backend_settings.items()}
         apply = w.Button(description="apply choices and plan again", button_style="warning",
                          layout=w.Layout(width="auto"))
-        apply.on_click(lambda _: self.apply({name: field.value for name, field in fields.items()}))
-        self.fields = fields
-        return (*fields.values(), apply)
+        apply.on_click(lambda _: self.apply({**{name: field.value for name, field in fields.items()},
+                                             "backend_settings": {k: f.value for k, f in settings.items()}}))
+        self.fields = {**fields, **settings}
+        return (fields["backend"], *settings.values(), *list(fields.values())[1:], apply)
 
     def apply(self, values: dict[str, Any]) -> None:
         """Plan again with the person's choices: the parameters change, configure runs again."""

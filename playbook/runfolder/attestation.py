@@ -110,9 +110,9 @@ def is_derived(relative: str) -> bool:
 def build_statement(run: RunFolder, retroactive: str = "") -> Statement:
     """The attestation of ``run`` from its files. ``retroactive``: why it is written after the
     run (recorded in the internal parameters); empty when the chain writes it as the run ends."""
+    from playbook.facts import Facts
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
-    from playbook.steps.detect import Facts
     from playbook.verify.step import VerifyResult
 
     layout = run.layout

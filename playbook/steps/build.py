@@ -278,7 +278,7 @@ def build_outcome(result: BuildResult) -> Outcome:
 
 def build_step(run: RunFolder, attempt: int, on_progress: ProgressCallback | None = None) -> BuildResult:
     """The build notebook's work: build (or reuse) the wheel of plan attempt ``attempt``."""
-    from playbook.steps.detect import Facts
+    from playbook.facts import Facts
     from playbook.steps.source import resolve_params_source
 
     layout = run.layout

@@ -14,17 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playbook.backends import cuda as cuda_plan
-from playbook.knowledge.compatibility import toolkit_supports_arch, version_tuple
+from playbook.backends import registry
+from playbook.backends.plan import BackendInputs, BackendPlan, defined_value
+from playbook.facts import Facts
 from playbook.knowledge.failures import Finding, KnowledgeBase, diagnose_file, load_knowledge_base
-from playbook.params import Backend, Params
+from playbook.params import Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan, Decision, machine_platform, multimodal_built
 from playbook.steps.configure.plan import shell_lines, with_cmake_arg
-from playbook.steps.detect import Facts
-from playbook.toolkits import cxx_runtime, pypi
+from playbook.toolkits import cxx_runtime
 
 
 @dataclass
@@ -52,7 +52,7 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
         evidence = layout.verify_logs(attempt).relative_to(run.path).as_posix() + "/"
     else:
         findings = diagnose_file(layout.build_log(attempt), platform=machine_platform(facts), stage="any",
-                                 unrecognised_stage="build", cuda_version=plan_cuda_version(plan, facts))
+                                 unrecognised_stage="build", cuda_version=plan_toolkit_release(plan, facts))
         evidence = layout.build_log(attempt).name
     diagnosis = Diagnosis(attempt=attempt, log_file=evidence, findings=findings)
     params = run.params()
@@ -82,14 +82,16 @@ def repair_step(run: RunFolder, attempt: int) -> Diagnosis:
     return diagnosis
 
 
-def plan_cuda_version(plan: BuildPlan, facts: Facts) -> str:
-    """The CUDA release the plan builds with ("" for none or unknown)."""
-    if plan.toolkit_request is not None:
-        if plan.toolkit_request.base:
-            plan = dataclasses.replace(plan, cuda_toolkit=plan.toolkit_request.base, toolkit_request=None)
-        else:
-            return plan.toolkit_request.release
-    return next((t.version for t in facts.cuda_toolkits if t.root == plan.cuda_toolkit), "")
+def plan_toolkit_release(plan: BuildPlan, facts: Facts, cache_dir: Path | None = None) -> str:
+    """The release of the toolkit the plan builds with ("13.0"; "" for none or unknown), as its backend knows it."""
+    return registry.unit(plan.backend).toolkit_release(remedy_inputs(plan, facts, cache_dir or Path()))
+
+
+def remedy_inputs(plan: BuildPlan, facts: Facts, cache_dir: Path) -> BackendInputs:
+    """A failed attempt's plan, as the frozen inputs its backend's remedies read."""
+    return BackendInputs(facts=facts, settings=None, platform=plan.platform, cache_dir=cache_dir,
+                         env=dict(plan.env), cmake_args=tuple(plan.cmake_args), toolkit_root=plan.cuda_toolkit,
+                         toolkit_request=plan.toolkit_request, architectures=plan.cuda_architectures)
 
 
 def apply_remedies(
@@ -114,7 +116,7 @@ def apply_remedies(
     for finding in findings:
         # a finding that is only a guess (the similarity stage below its threshold) is never automatic
         remedy = knowledge.get(finding.id).remedy if finding.id in known and finding.automatic else None
-        if remedy is None or (remedy.backends and plan.backend.value not in remedy.backends):
+        if remedy is None or (remedy.backends and plan.backend not in remedy.backends):
             continue
         before = dataclasses.asdict(new)
         for pattern in remedy.cmake_args_remove:
@@ -129,16 +131,9 @@ def apply_remedies(
         new.extra_packages += [p for p in remedy.extra_packages if p not in new.extra_packages]
         if remedy.build_isolation is not None:
             new.build_isolation = remedy.build_isolation
-        if remedy.use_detected_arch and facts.best_gpu:
-            arch = facts.best_gpu.arch
-            new.cuda_architectures = arch
-            new.cmake_args = with_cmake_arg(new.cmake_args, f"-DCMAKE_CUDA_ARCHITECTURES={arch}")
-        if new.backend is Backend.CUDA and remedy.toolkit_add:
-            add_toolkit_components(new, facts, list(remedy.toolkit_add), cache_dir)
-        if new.backend is Backend.CUDA and remedy.pypi_toolkit:
-            move_to_pypi_toolkit(new, facts, cache_dir)
-        if remedy.shared_cxx_runtime:
-            use_shared_cxx_runtime(new, facts)
+        compilers_moved = remedy.shared_cxx_runtime and use_shared_cxx_runtime(new, facts)
+        backend_part = dataclasses.replace(remedy, shared_cxx_runtime=bool(compilers_moved))
+        apply_backend_remedy(new, registry.unit(new.backend).remedy(backend_part, remedy_inputs(new, facts, cache_dir)))
         if dataclasses.asdict(new) != before:
             new.remedies_applied.append(finding.id)
             new.decisions.append(Decision("repair", finding.id, f"automatic remedy for: {finding.title}"))
@@ -146,72 +141,37 @@ def apply_remedies(
     return new if new.remedies_applied != plan.remedies_applied else None
 
 
-def use_shared_cxx_runtime(plan: BuildPlan, facts: Facts, environ: Mapping[str, str] | None = None) -> None:
+def apply_backend_remedy(plan: BuildPlan, change: BackendPlan) -> None:
+    """What a backend's remedy returned, into the next attempt's plan."""
+    for arg in change.cmake_args:
+        plan.cmake_args = with_cmake_arg(plan.cmake_args, arg)
+    plan.env.update(change.env)
+    plan.runtime_env.update(change.runtime_env)
+    plan.decisions += change.decisions
+    if change.architectures:
+        plan.cuda_architectures = change.architectures
+    if change.gpu_targets:
+        plan.gpu_targets = change.gpu_targets
+    if change.toolkit is not None:
+        plan.cuda_toolkit, plan.toolkit_request = change.toolkit.root, change.toolkit_request
+        if plan.platform != "windows":
+            plan.shell_commands = shell_lines(plan)
+
+
+def use_shared_cxx_runtime(plan: BuildPlan, facts: Facts, environ: Mapping[str, str] | None = None) -> bool:
     """Name a C and C++ compiler of this machine that link the C++ runtime shared, in place of the one that
-    copied it into every library (CMAKE_CXX_COMPILER, else $CXX); no change when detect found none."""
+    copied it into every library (CMAKE_CXX_COMPILER, else $CXX): in CC, CXX and CMake's arguments (the backend's
+    remedy then names it as its own host compiler, where it has one). False when detect found none."""
     environ = os.environ if environ is None else environ
-    given = [a.split("=", 1)[1] for a in plan.cmake_args if a.startswith("-DCMAKE_CXX_COMPILER=")]
-    used = given[-1] if given else plan.env.get("CXX") or environ.get("CXX", "")
+    used = defined_value(plan.cmake_args, "CMAKE_CXX_COMPILER") or plan.env.get("CXX") or environ.get("CXX", "")
     chosen = cxx_runtime.compilers_with_shared_runtime([t.path for t in facts.compilers if t.found], avoid=used)
     if chosen is None:
-        return
-    chosen_args = [f"-DCMAKE_C_COMPILER={chosen.c}", f"-DCMAKE_CXX_COMPILER={chosen.cxx}"]
+        return False
     plan.env.update(CC=chosen.c, CXX=chosen.cxx)
-    if plan.backend is Backend.CUDA:
-        # CUDAHOSTCXX in the build's environment wins over -DCMAKE_CUDA_HOST_COMPILER: both must name it
-        chosen_args.append(f"-DCMAKE_CUDA_HOST_COMPILER={chosen.cxx}")
-        plan.env["CUDAHOSTCXX"] = chosen.cxx
-    for arg in chosen_args:
+    for arg in (f"-DCMAKE_C_COMPILER={chosen.c}", f"-DCMAKE_CXX_COMPILER={chosen.cxx}"):
         plan.cmake_args = with_cmake_arg(plan.cmake_args, arg)
     plan.decisions.append(Decision("C++ compiler", chosen.cxx,
                                    f"it links the C++ runtime as libstdc++.so; {used or 'the compiler used'} "
-                                   "linked the runtime into the wheel's libraries; CC, CXX"
-                                   + (", CUDAHOSTCXX" if plan.backend is Backend.CUDA else "")
-                                   + " and CMake's arguments name it"))
-
-
-def add_toolkit_components(plan: BuildPlan, facts: Facts, components: list[str], cache_dir: Path) -> None:
-    """Components of the plan's own CUDA release from PyPI, added to (a copy of) its toolkit."""
-    request = plan.toolkit_request
-    if request is not None:
-        missing = [c for c in components if c not in request.components]
-        if missing and request.release in pypi.releases():
-            _use_toolkit(plan, pypi.with_components(request, missing), cache_dir,
-                         f"adds {', '.join(missing)} of CUDA {request.release} from PyPI")
-        return
-    version = plan_cuda_version(plan, facts)
-    request = pypi.component_request(version, components, plan.cuda_toolkit) if version and plan.cuda_toolkit else None
-    if request is not None:
-        wheels = pypi.release(request.release).wheels
-        _use_toolkit(plan, request, cache_dir, "a copy of " + plan.cuda_toolkit + " with " +
-                     ", ".join(f"{wheels[c].package}=={wheels[c].version}" for c in components) + " from PyPI")
-
-
-def move_to_pypi_toolkit(plan: BuildPlan, facts: Facts, cache_dir: Path) -> None:
-    """A whole CUDA release from PyPI that compiles every architecture of the plan and accepts the host gcc,
-    when the current toolkit does not."""
-    architectures = [a for a in plan.cuda_architectures.split(";") if a]
-    version = plan_cuda_version(plan, facts)
-    host = cuda_plan.host_compiler(facts, plan.env)
-    gcc = version_tuple(host.version)[:1] if host and "clang" not in host.banner.lower() else ()
-    release = cuda_plan.pypi_release_for(facts, architectures, gcc[0] if gcc else None)
-    if not release or (plan.toolkit_request is not None and plan.toolkit_request.release == release
-                       and not plan.toolkit_request.base):
-        return
-    fits_now = version and all(toolkit_supports_arch(version, a)[0] for a in architectures)
-    limits = cuda_plan.compatibility.host_compiler_limits(version) if version else None
-    if fits_now and (not gcc or limits is None or gcc[0] <= limits.max_gcc):
-        return
-    _use_toolkit(plan, pypi.full_request(f"pypi:{release}"), cache_dir,
-                 f"CUDA {release} from PyPI compiles {';'.join(architectures)} and accepts the host compiler")
-
-
-def _use_toolkit(plan: BuildPlan, request: pypi.ToolkitRequest, cache_dir: Path, why: str) -> None:
-    root = pypi.root_for(request, cache_dir)
-    plan.toolkit_request = request
-    plan.cuda_toolkit = str(root)
-    plan.env["CUDACXX"] = str(pypi.nvcc_of(root))
-    plan.decisions.append(Decision("CUDA toolkit", str(root), why + "; build assembles it unless it exists"))
-    if plan.platform != "windows":
-        cuda_plan.use_toolkit_libraries(plan.runtime_env, str(root))
-        plan.shell_commands = shell_lines(plan)
+                                   "linked the runtime into the wheel's libraries; CC, CXX and CMake's arguments "
+                                   "name it (and the backend's host compiler, where it has one)"))
+    return True

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from playbook.facts import Facts
 from playbook.locks import RunLock
 from playbook.serialization import read_json, write_json
-from playbook.steps.detect import Facts
 
 if TYPE_CHECKING:
     from playbook.runfolder.folder import RunFolder
@@ -93,7 +93,7 @@ def recall(cache_dir: Path, facts: Facts) -> list[RememberedRepair]:
     from playbook.backends.registry import units
 
     found: list[RememberedRepair] = []
-    for backend in (u.name.value for u in units()):
+    for backend in (u.name for u in units()):
         found += [r for r in _recorded(repairs_file(cache_dir, machine_fingerprint(facts, backend)))
                   if r.backend == backend]
     return found
@@ -112,7 +112,7 @@ def plan_changes(before: BuildPlan, after: BuildPlan) -> RememberedRepair:
     """What the repairs between two plans changed, as a record to replay."""
     return RememberedRepair(
         findings=after.remedies_applied[len(before.remedies_applied):] or list(after.remedies_applied),
-        backend=after.backend.value,
+        backend=after.backend,
         run_id="",
         recorded="",
         cmake_args_added=[a for a in after.cmake_args if a not in before.cmake_args],

@@ -112,9 +112,9 @@ def verify_outcome(result: VerifyResult) -> Outcome:
 
 def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print) -> VerifyResult:
     """The verify notebook's work: check and measure the wheel of build attempt ``attempt``."""
+    from playbook.facts import Facts
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
-    from playbook.steps.detect import Facts
     from playbook.steps.repair_memory import remember_passed_repairs
     from playbook.verify.sweep import gpu_bandwidth_gb_per_s
 
@@ -130,8 +130,8 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
     target = VerifyTarget(
         expect_gpu=unit.offloads,
         gpu_present=bool(unit.device(facts)),
-        backend=plan.backend.value,
-        gpu_targets=plan.cuda_architectures if plan.backend == "cuda" else plan.gpu_targets,
+        backend=plan.backend,
+        gpu_targets=plan.gpu_targets,
         compiled_only=next((w.message for w in plan.warnings if w.code in COMPILED_ONLY_WARNINGS), ""),
         toolkit=plan.cuda_toolkit,
         multimodal=plan.multimodal,

@@ -16,6 +16,7 @@ import pytest
 from machines import machine
 
 from playbook.errors import ParameterError
+from playbook.facts import Tool
 from playbook.knowledge.compatibility import (
     cmake_for_multiarch_hip,
     llama_cpp_min_rocm,
@@ -23,7 +24,7 @@ from playbook.knowledge.compatibility import (
 )
 from playbook.params import load_params
 from playbook.steps.configure import configure
-from playbook.steps.detect import Tool, detect_rocm, run_command
+from playbook.steps.detect import detect_rocm, run_command
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "rocm"
 SDIST_0315 = "a2cf42935a9ff9e55804db01d6827b4862d7ab10ae72ea8e38b7d180d2c640f3"

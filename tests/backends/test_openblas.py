@@ -8,9 +8,10 @@ import dataclasses
 from machines import machine
 
 from playbook.backends import registry
+from playbook.facts import OpenBlas, Tool
 from playbook.params import PARAMS_DIR, load_params
 from playbook.steps.configure import configure
-from playbook.steps.detect import CommandOutput, OpenBlas, Tool, detect_openblas
+from playbook.steps.detect import CommandOutput, detect_openblas
 
 OPENBLAS = PARAMS_DIR / "openblas.yaml"
 

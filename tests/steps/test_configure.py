@@ -5,11 +5,11 @@ import dataclasses
 import pytest
 from conftest import H100, RTX_4070, make_facts, toolkit
 
+from playbook.facts import Gpu, NvidiaDriver
 from playbook.knowledge.compatibility import toolkit_supports_arch
 from playbook.knowledge.failures import Finding
-from playbook.params import Backend, load_params
+from playbook.params import load_params
 from playbook.steps.configure import configure, parallel_jobs
-from playbook.steps.detect import Gpu, NvidiaDriver
 from playbook.steps.repair import apply_remedies
 
 DRIVER_580 = NvidiaDriver(True, "580.159.04", "13.0", "nvml")
@@ -113,7 +113,7 @@ def test_a_cuda_remedy_is_not_applied_to_another_backends_plan(this_machine):
                      load_params(None, ["backend=cuda", "cuda.architectures=90"]))
     cpu_only_cuda = dataclasses.replace(cuda, cmake_args=[a for a in cuda.cmake_args if a != "-DGGML_CUDA=on"])
     assert apply_remedies(cpu_only_cuda, [finding("cpu-only-build")], this_machine).remedies_applied == ["cpu-only-build"]
-    vulkan = dataclasses.replace(cuda, backend=Backend.VULKAN, cmake_args=["-DGGML_VULKAN=on"])
+    vulkan = dataclasses.replace(cuda, backend="vulkan", cmake_args=["-DGGML_VULKAN=on"])
     assert apply_remedies(vulkan, [finding("cpu-only-build")], this_machine) is None
 
 

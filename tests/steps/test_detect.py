@@ -15,10 +15,10 @@ from pathlib import Path
 
 from conftest import DATA
 
+from playbook.facts import Facts
 from playbook.serialization import from_dict
 from playbook.steps.detect import (
     CommandOutput,
-    Facts,
     build_environment,
     detect,
     parse_compiler_version,

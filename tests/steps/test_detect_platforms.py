@@ -7,13 +7,12 @@ import types
 
 from conftest import DATA
 
+from playbook.facts import VisualStudio, msvc_from_toolset
 from playbook.steps.detect import (
     CommandOutput,
-    VisualStudio,
     detect_apple_silicon,
     detect_visual_studio,
     gpus_from_nvml,
-    msvc_from_toolset,
     parse_ldconfig,
     parse_nvidia_smi_xml,
     parse_vswhere_json,
@@ -105,8 +104,8 @@ def test_old_detect_json_still_loads():
     """A detect.json written before these fields existed loads with their defaults."""
     from conftest import DATA as data
 
+    from playbook.facts import Facts
     from playbook.serialization import from_dict
-    from playbook.steps.detect import Facts
 
     document = json.loads((data / "machines" / "gpu-machine-h200.json").read_text())
     document["os"].pop("rosetta", None)

@@ -6,9 +6,9 @@ import dataclasses
 
 from machines import machine
 
+from playbook.facts import Tool, Vulkan, VulkanDevice, VulkanHeaders
 from playbook.params import PARAMS_DIR, load_params
 from playbook.steps.configure import configure
-from playbook.steps.detect import Tool, Vulkan, VulkanDevice, VulkanHeaders
 
 
 def text(plan) -> str:

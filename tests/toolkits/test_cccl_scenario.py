@@ -17,7 +17,7 @@ import pytest
 from conftest import make_facts, toolkit
 
 from playbook.knowledge.failures import diagnose_text
-from playbook.params import Backend, Params, load_params
+from playbook.params import Params, load_params
 from playbook.process import run_captured
 from playbook.steps.configure import configure
 from playbook.steps.repair import apply_remedies
@@ -76,7 +76,7 @@ def test_nvcc_without_cccl_is_repaired_by_adding_cccl_of_the_same_release(ggml_t
     repaired = apply_remedies(plan, findings, this_machine, cache_dir=cache)
     assert repaired is not None and repaired.remedies_applied == ["cccl-headers-missing"]
     assert repaired.toolkit_request.components == (*without.components, "cccl")
-    assert repaired.backend is Backend.CUDA
+    assert repaired.backend == "cuda"
     fixed = pypi.provision(repaired.toolkit_request, cache)
     assert fixed.root == repaired.cuda_toolkit and repaired.env["CUDACXX"] == str(pypi.nvcc_of(Path(fixed.root)))
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from playbook.facts import Tool
 from playbook.knowledge.failures import finding_for, most_specific_first
 from playbook.params import load_params
 from playbook.runfolder.layout import Layout
 from playbook.serialization import read_json
 from playbook.steps.configure import BuildPlan, configure
-from playbook.steps.detect import Tool
 from playbook.steps.repair import apply_remedies
 from playbook.toolkits.cxx_runtime import compilers_with_shared_runtime, links_runtime_shared, runtime_copies
 from playbook.verify.launcher import ChildOutcome

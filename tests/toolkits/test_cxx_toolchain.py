@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from playbook.facts import Facts
 from playbook.knowledge.failures import finding_for
 from playbook.params import load_params
 from playbook.steps.build import toolchain
 from playbook.steps.configure import BuildPlan, configure
-from playbook.steps.detect import Facts, detect_compilers, run_command
+from playbook.steps.detect import detect_compilers, run_command
 from playbook.steps.repair import apply_remedies
 from playbook.toolkits.cxx_runtime import defines_runtime
 from tests.conftest import make_facts, toolkit

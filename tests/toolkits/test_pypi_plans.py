@@ -7,10 +7,10 @@ from pathlib import Path
 
 from conftest import H100, make_facts, toolkit
 
+from playbook.facts import Gpu, NvidiaDriver, Tool
 from playbook.knowledge.failures import Finding
 from playbook.params import load_params
 from playbook.steps.configure import configure
-from playbook.steps.detect import Gpu, NvidiaDriver, Tool
 from playbook.steps.repair import apply_remedies
 from playbook.toolkits import pypi
 

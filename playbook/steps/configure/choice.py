@@ -1,72 +1,97 @@
 """Which backend the wheel is built for, and why not each other one.
 
-A unit that the parameters make the backend whatever ``backend`` says (a prebuilt library) comes first;
-on macOS the platform chooses (:mod:`.apple`). A backend asked for by name is planned even when this
-machine lacks it (its checks then block the build, naming what is missing). ``backend: auto`` asks each
-unit of :func:`playbook.backends.registry.automatic`, in order: the first usable one is chosen, each one
-before it is rejected with its reason, each one after it with "<chosen> preferred"; units never chosen
-automatically say why too. None usable: CPU, with the first one's reason.
+A unit that the parameters make the backend whatever ``backend`` says (a prebuilt library) comes first. On a
+platform with a backend of its own (Metal on macOS: ``native_to``), that unit chooses for ``backend: auto`` and
+for a backend that does not exist there. A backend asked for by name is planned even when this machine lacks it
+(its checks then block the build, naming what is missing). ``backend: auto`` asks each unit of
+:func:`playbook.backends.registry.automatic`, in order: the first usable one is chosen, each one before it is
+rejected with its reason, each one after it with "<chosen> preferred"; units never chosen automatically say why
+too. None usable: the fallback (CPU), with the first one's reason. Every unit answers with values
+(:class:`~playbook.backends.plan.Choice`, :class:`~playbook.backends.plan.BackendPlan`); this module names none.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from playbook.backends import registry
-from playbook.params import Backend
-from playbook.steps.configure import apple
+from playbook.backends.base import BackendUnit
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, Decision, PlanWarning
 
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
+InputsFor = Callable[[BackendUnit], BackendInputs]
 
 
-def choose(planner: Planner) -> Backend:
-    chosen = _choose(planner)
-    ignored = [s for unit in registry.units() if unit.name is not chosen for s in unit.settings_given(planner)]
+def choose(inputs_for: InputsFor, wanted: str, platform: str) -> tuple[str, BackendPlan]:
+    """The backend to build and the decisions, warnings and blockers of choosing it."""
+    chosen, plan = _choose(inputs_for, wanted, platform)
+    ignored = [s for unit in registry.with_settings() if unit.name != chosen
+               for s in unit.settings_given(inputs_for(unit).settings)]
     if ignored:
-        planner.warn("settings-ignored", f"{', '.join(ignored)} set, but the wheel is built for {chosen.value}: "
-                     "ignored (set backend to build for what they configure)")
-    return chosen
+        plan = merged(plan, BackendPlan(warnings=(PlanWarning(
+            "settings-ignored", f"{', '.join(ignored)} set, but the wheel is built for {chosen}: ignored (set "
+            "backend to build for what they configure)"),)))
+    return chosen, plan
 
 
-def _choose(planner: Planner) -> Backend:
+def _choose(inputs_for: InputsFor, wanted: str, platform: str) -> tuple[str, BackendPlan]:
     for unit in registry.units():
-        if reason := unit.takes_precedence(planner):
-            planner.decide("backend", unit.name.value, reason)
-            return unit.name
-    wanted = planner.params.backend
-    if planner.facts.os.system == "Darwin" and (wanted is Backend.AUTO or not registry.unit(wanted).planned_on_macos):
-        return apple.choose_backend(planner)
-    for unit in registry.units():
-        unit.prepare(planner)
-    if wanted is Backend.AUTO:
-        return _auto(planner)
-    chosen = registry.unit(wanted).requested(planner)
-    while chosen is not wanted:  # a backend that cannot exist here fell back to another
-        wanted, chosen = chosen, registry.unit(chosen).requested(planner)
-    return chosen
+        if reason := unit.takes_precedence(inputs_for(unit)):
+            return unit.name, BackendPlan(decisions=(Decision("backend", unit.name, reason),))
+    native = registry.native_to(platform)
+    if native is not None and (wanted == registry.AUTO or platform not in registry.unit(wanted).platforms):
+        plan = BackendPlan()
+        if wanted != registry.AUTO:
+            plan = BackendPlan(warnings=(PlanWarning(
+                f"{wanted}-not-on-{platform}", f"backend {wanted} asked for on {platform}: it does not exist there; "
+                f"use backend {native.name}"),))
+        return _follow(inputs_for, native.choose_natively(inputs_for(native)), native.name, plan)
+    checks = merged(*(unit.whichever_built(inputs_for(unit)) for unit in registry.units()))
+    if wanted == registry.AUTO:
+        chosen, plan = _auto(inputs_for)
+        return chosen, merged(checks, plan)
+    asked = registry.unit(wanted)
+    return _follow(inputs_for, asked.requested(inputs_for(asked)), asked.name, checks)
 
 
-def _auto(planner: Planner) -> Backend:
-    candidates = [(unit, unit.assess(planner)) for unit in registry.automatic()]
+def _follow(inputs_for: InputsFor, choice: Choice, asked: str, before: BackendPlan) -> tuple[str, BackendPlan]:
+    """A unit's answer, followed while it names another backend than the one asked (one that cannot exist here
+    falls back to another, which is then asked in turn)."""
+    plan = merged(before, choice.plan)
+    while choice.backend != asked:
+        unit = registry.unit(choice.backend)
+        if choice.fell_back_because and unit is registry.fallback():
+            return unit.name, merged(plan, registry.fallback().fallen_back(inputs_for(unit), choice.fell_back_because))
+        asked, choice = unit.name, unit.requested(inputs_for(unit))
+        plan = merged(plan, choice.plan)
+    return choice.backend, plan
+
+
+def _auto(inputs_for: InputsFor) -> tuple[str, BackendPlan]:
+    candidates = [(unit, unit.assess(inputs_for(unit))) for unit in registry.automatic()]
     chosen = next((unit for unit, assessment in candidates if assessment.usable), None)
+    decisions = []
     for unit, assessment in candidates:
         if not assessment.usable:
-            planner.decide("backend rejected", unit.name.value, assessment.blocked_because)
+            decisions.append(Decision("backend rejected", unit.name, assessment.blocked_because))
         elif unit is not chosen and chosen is not None:
-            planner.decide("backend rejected", unit.name.value, f"usable, but {chosen.name.value} is preferred")
+            decisions.append(Decision("backend rejected", unit.name, f"usable, but {chosen.name} is preferred"))
     for unit in registry.units():
-        if unit.auto_rank is None and unit.name is not registry.FALLBACK and unit.builds_llama_cpp:
-            planner.decide("backend rejected", unit.name.value, unit.not_automatic(planner))
+        if unit.auto_rank is None and unit is not registry.fallback() and unit.builds_llama_cpp:
+            decisions.append(Decision("backend rejected", unit.name, unit.not_automatic(inputs_for(unit))))
     if chosen is not None:
-        planner.decide("backend", chosen.name.value, dict(candidates)[chosen].usable_because)
-        return chosen.name
-    chosen_name = registry.fallback().fallen_back(planner, candidates[0][1].blocked_because)
-    for unit, _ in candidates:
-        unit.fallback_hint(planner)
-    return chosen_name
+        decisions.append(Decision("backend", chosen.name, dict(candidates)[chosen].usable_because))
+        return chosen.name, BackendPlan(decisions=tuple(decisions))
+    fallback = registry.fallback()
+    plan = merged(BackendPlan(decisions=tuple(decisions)),
+                  fallback.fallen_back(inputs_for(fallback), candidates[0][1].blocked_because),
+                  *(unit.fallback_hint(inputs_for(unit)) for unit, _ in candidates))
+    return fallback.name, plan
 
 
-def configure_backend(planner: Planner) -> None:
-    """The chosen backend's CMake arguments, environment and checks."""
-    registry.unit(planner.backend).configure(planner)
+def merged(*plans: BackendPlan) -> BackendPlan:
+    """The decisions, warnings and blockers of ``plans``, in order (a warning given twice kept once)."""
+    warnings: list[PlanWarning] = []
+    for plan in plans:
+        warnings += [w for w in plan.warnings if w not in warnings]
+    return BackendPlan(decisions=tuple(d for p in plans for d in p.decisions), warnings=tuple(warnings),
+                       blockers=tuple(b for p in plans for b in p.blockers))

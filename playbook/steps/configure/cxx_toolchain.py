@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from playbook.backends.plan import BackendPlan, Decision, PlanWarning, defined_value
+from playbook.facts import Facts, Tool
 from playbook.toolkits.cxx_runtime import c_compiler_beside, is_cxx_compiler
-
-if TYPE_CHECKING:
-    from playbook.steps.configure.planner import Planner
-    from playbook.steps.detect import Facts, Tool
 
 DEFAULT_CXX = "c++"  # the first name CMake's CMAKE_CXX_COMPILER search tries
 
@@ -26,9 +23,9 @@ DEFAULT_CXX = "c++"  # the first name CMake's CMAKE_CXX_COMPILER search tries
 def cxx_compiler_used(cmake_args: list[str], env: Mapping[str, str], inherited: Mapping[str, str]) -> tuple[str, str]:
     """The C++ compiler CMake would run and what names it: -DCMAKE_CXX_COMPILER, else CXX in the plan's
     environment, else CXX inherited from the machine's, else the first compiler CMake searches for."""
-    given = [a.split("=", 1)[1] for a in cmake_args if a.split("=", 1)[0].split(":")[0] == "-DCMAKE_CXX_COMPILER"]
+    given = defined_value(cmake_args, "CMAKE_CXX_COMPILER")
     if given:
-        return given[-1], "-DCMAKE_CXX_COMPILER"
+        return given, "-DCMAKE_CXX_COMPILER"
     if env.get("CXX"):
         return env["CXX"], "CXX in build.env"
     if inherited.get("CXX"):
@@ -58,33 +55,33 @@ def shared_runtime_compilers(facts: Facts) -> list[Tool]:
     return list(chosen.values())
 
 
-def plan_cxx_compilers(planner: Planner) -> None:
+def plan_cxx_compilers(facts: Facts, cmake_args: list[str], env: Mapping[str, str]) -> BackendPlan:
     """Keep the C++ compiler CMake would run when it links the runtime shared; else plan one that does, in CC,
     CXX and CMake's arguments; else warn. No change where nothing was probed (Windows, macOS, old facts)."""
-    facts = planner.facts
-    name, named_by = cxx_compiler_used(planner.cmake_args, planner.env, facts.environment)
+    name, named_by = cxx_compiler_used(cmake_args, env, facts.environment)
     used = compiler_tool(facts, name)
     if used is None or used.links_cxx_runtime_shared is None:
-        return
+        return BackendPlan()
     if used.links_cxx_runtime_shared:
-        planner.decide("C++ runtime", "libstdc++.so.6, shared",
-                       f"{used.path} ({named_by}) links it shared: a probe library it linked needs libstdc++.so.6")
-        return
+        return BackendPlan(decisions=(Decision(
+            "C++ runtime", "libstdc++.so.6, shared",
+            f"{used.path} ({named_by}) links it shared: a probe library it linked needs libstdc++.so.6"),))
     candidates = shared_runtime_compilers(facts)
     if not candidates:
-        planner.warn("cxx-runtime-static",
-                     f"{used.path} ({named_by}) copies the C++ runtime into every library it links, and no C++ "
-                     "compiler found here links it shared: the wheel would carry its own runtime beside the "
-                     "libstdc++.so.6 Python loads, and may crash at model load; install the distribution's g++ "
-                     "(apt install g++) or set CXX to a compiler whose -lstdc++ finds libstdc++.so")
-        return
+        return BackendPlan(warnings=(PlanWarning(
+            "cxx-runtime-static",
+            f"{used.path} ({named_by}) copies the C++ runtime into every library it links, and no C++ compiler found "
+            "here links it shared: the wheel would carry its own runtime beside the libstdc++.so.6 Python loads, and "
+            "may crash at model load; install the distribution's g++ (apt install g++) or set CXX to a compiler whose "
+            "-lstdc++ finds libstdc++.so"),))
     cxx = candidates[0]
     c = str(c_compiler_beside(Path(cxx.path)))
-    planner.env["CC"], planner.env["CXX"] = c, cxx.path
-    planner.set_cmake_arg(f"-DCMAKE_C_COMPILER={c}")
-    planner.set_cmake_arg(f"-DCMAKE_CXX_COMPILER={cxx.path}")
-    planner.decide("C++ compiler", cxx.path,
-                   f"{used.path} ({named_by}) copies the C++ runtime into every library it links (probed: its probe "
-                   f"library defines std::locale::classic() and needs no libstdc++.so.6), which puts two C++ runtimes "
-                   f"in one process; {cxx.path} links libstdc++.so.6 shared: CC={c} and CXX={cxx.path} in the build "
-                   "environment and in CMake's arguments")
+    return BackendPlan(
+        cmake_args=(f"-DCMAKE_C_COMPILER={c}", f"-DCMAKE_CXX_COMPILER={cxx.path}"),
+        env={"CC": c, "CXX": cxx.path},
+        decisions=(Decision(
+            "C++ compiler", cxx.path,
+            f"{used.path} ({named_by}) copies the C++ runtime into every library it links (probed: its probe library "
+            f"defines std::locale::classic() and needs no libstdc++.so.6), which puts two C++ runtimes in one process; "
+            f"{cxx.path} links libstdc++.so.6 shared: CC={c} and CXX={cxx.path} in the build environment and in "
+            "CMake's arguments"),))

@@ -7,43 +7,24 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from playbook.backends.plan import (  # noqa: F401  (Decision, PlanWarning, with_cmake_arg: the plan's own types)
+    MULTIMODAL_OPTION,
+    MULTIMODAL_OPTIONS,
+    Decision,
+    PlanWarning,
+    cmake_define,
+    with_cmake_arg,
+)
 from playbook.backends.rpc import RpcPlan
-from playbook.params import Backend
 from playbook.toolkits.pypi import ToolkitRequest
 
 PARALLEL_ENV = "CMAKE_BUILD_PARALLEL_LEVEL"
-MULTIMODAL_OPTION = "LLAVA_BUILD"  # llama-cpp-python's switch for libmtmd
-# Every name the switch has: JamePeng's fork (guide 002) renamed it MTMD_BUILD and ignores LLAVA_BUILD.
-MULTIMODAL_OPTIONS = (MULTIMODAL_OPTION, "MTMD_BUILD")
-
-
-@dataclass
-class Decision:
-    what: str
-    value: str
-    reason: str
-
-
-@dataclass
-class PlanWarning:
-    """A conflict the plan found. ``code`` is stable (tests and tools match it); ``message`` is for people."""
-
-    code: str
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
-
-    @classmethod
-    def from_text(cls, text: str) -> PlanWarning:
-        """A plan written before warnings had codes (an archived run folder)."""
-        return cls("unclassified", text)
 
 
 @dataclass
 class BuildPlan:
     attempt: int
-    backend: Backend
+    backend: str
     cmake_args: list[str]
     env: dict[str, str]
     jobs: int
@@ -92,8 +73,7 @@ class BuildPlan:
         -DCMAKE_CUDA_HOST_COMPILER (CMake reads the variable into a normal variable that hides the cache
         entry), else nvcc's own default. Each as the file it resolves to on the build's PATH."""
         env = {**environ, **self.build_env()}
-        given = {a[2:].split("=", 1)[0].split(":")[0]: a.split("=", 1)[1]
-                 for a in self.cmake_args if a.startswith("-D") and "=" in a}
+        given = dict(define for a in self.cmake_args if (define := cmake_define(a)))
         chosen = {"C": given.get("CMAKE_C_COMPILER") or env.get("CC") or "cc",
                   "CXX": given.get("CMAKE_CXX_COMPILER") or env.get("CXX") or "c++"}
         if self.cuda_toolkit or self.toolkit_request is not None:
@@ -104,16 +84,11 @@ class BuildPlan:
         return [w.code for w in self.warnings]
 
 
-def with_cmake_arg(cmake_args: list[str], arg: str) -> list[str]:
-    """``cmake_args`` with ``-DNAME=value`` added last, replacing every earlier value of the same variable."""
-    return [a for a in cmake_args if a.split("=")[0] != arg.split("=")[0]] + [arg]
-
-
 def multimodal_built(cmake_args: list[str]) -> bool:
     """Whether the arguments build libmtmd: llama-cpp-python builds it unless its switch (LLAVA_BUILD, or a fork's
     MTMD_BUILD; the last one given) is off."""
     switches = {f"-D{name}" for name in MULTIMODAL_OPTIONS}
-    values = [a.split("=", 1)[1] for a in cmake_args if "=" in a and a.split("=")[0].split(":")[0] in switches]
+    values = [define[1] for a in cmake_args if (define := cmake_define(a)) and f"-D{define[0]}" in switches]
     return not values or values[-1].strip().upper() not in ("OFF", "0", "FALSE", "NO", "N")
 
 

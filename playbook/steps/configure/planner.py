@@ -2,17 +2,21 @@
 
 :class:`Planner` holds what the plan is becoming (CMake arguments, environment, decisions, warnings,
 blockers); :meth:`Planner.plan` runs its sections in order. What is particular to a backend lives in its
-unit under :mod:`playbook.backends` (chosen by :mod:`.choice`); a platform's quirks beside this module
-(``apple``, ``windows``); the compatibility rules they apply are data, read by
+unit under :mod:`playbook.backends` (chosen by :mod:`.choice`), which returns it as a value; a platform's
+quirks beside this module (``windows``); the compatibility rules they apply are data, read by
 :mod:`playbook.knowledge.compatibility`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from playbook.backends import registry, rpc
-from playbook.params import Backend, Params
+from playbook.backends.base import BackendUnit
+from playbook.backends.plan import BackendInputs, BackendPlan
+from playbook.facts import CudaToolkit, Facts
+from playbook.params import Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.steps.caches import launcher_args, redact_url, remote_storage_problem
@@ -27,7 +31,6 @@ from playbook.steps.configure.plan import (
     shell_lines,
     with_cmake_arg,
 )
-from playbook.steps.detect import CudaToolkit, Facts
 from playbook.steps.repair_memory import RememberedRepair, recall, replay
 from playbook.steps.source import bundle_wheels, multimodal_switch
 from playbook.toolkits.pypi import ToolkitRequest
@@ -39,13 +42,14 @@ MTMD_MODULE = "llama_cpp.mtmd_cpp"
 @dataclass
 class Planner:
     """One plan in the making. Sections add decisions (:meth:`decide`), warnings (:meth:`warn`) and
-    blockers (:meth:`block`), CMake arguments and environment variables."""
+    blockers (:meth:`block`), CMake arguments and environment variables; a backend unit's part arrives as a
+    :class:`~playbook.backends.plan.BackendPlan` value (:meth:`apply`), planned from :meth:`inputs_for`."""
 
     facts: Facts
     params: Params
     remembered: list[RememberedRepair] = field(default_factory=list)  # repairs that worked on this machine
     platform: str = ""
-    backend: Backend = Backend.CPU
+    backend: str = registry.FALLBACK
     toolkit: CudaToolkit | None = None
     toolkit_request: ToolkitRequest | None = None  # the toolkit build assembles from PyPI wheels first
     cmake_args: list[str] = field(default_factory=list)
@@ -80,6 +84,38 @@ class Planner:
         """Add ``-DNAME=value``, replacing an earlier value of the same variable."""
         self.cmake_args = with_cmake_arg(self.cmake_args, arg)
 
+    def inputs_for(self, unit: BackendUnit) -> BackendInputs:
+        """What ``unit`` plans from: the facts, its own settings and the plan so far, frozen."""
+        source = self.params.source
+        return BackendInputs(
+            facts=self.facts,
+            settings=self.params.settings(unit.name),
+            platform=self.platform,
+            wanted=self.params.backend,
+            cache_dir=self.params.cache_dir,
+            env=MappingProxyType(dict(self.env)),
+            cmake_args=tuple(self.cmake_args),
+            source_release=source.version if source.kind == "sdist" else "",
+            prebuilt_lib=self.params.build.prebuilt_lib,
+            jobs=self.jobs,
+        )
+
+    def apply(self, plan: BackendPlan) -> None:
+        """A unit's value into the plan: its arguments, environment, decisions, warnings and blockers."""
+        for arg in plan.cmake_args:
+            self.set_cmake_arg(arg)
+        self.env.update(plan.env)
+        self.runtime_env.update(plan.runtime_env)
+        self.dll_directories += [d for d in plan.dll_directories if d not in self.dll_directories]
+        self.decisions += plan.decisions
+        for warning in plan.warnings:
+            self.warn(warning.code, warning.message)
+        self.blockers += plan.blockers
+        self.toolkit = plan.toolkit or self.toolkit
+        self.toolkit_request = plan.toolkit_request or self.toolkit_request
+        self.architectures = plan.architectures or self.architectures
+        self.gpu_targets = plan.gpu_targets or self.gpu_targets
+
     # ------------------------------------------------------------------ sections, in order
 
     def plan(self) -> BuildPlan:
@@ -87,24 +123,26 @@ class Planner:
         self.env = dict(self.params.build.env)
         self.decide("platform", self.platform,
                     f"{self.facts.os.pretty_name} ({self.facts.os.system}, {self.facts.os.machine})")
-        self.backend = choice.choose(self)
-        if self.backend is not Backend.CUDA:
-            self.toolkit = self.toolkit_request = None
-        if self.builds_llama_cpp():
-            cxx_toolchain.plan_cxx_compilers(self)
-        choice.configure_backend(self)
+        self.backend, chosen = choice.choose(self.inputs_for, self.params.backend, self.platform)
+        self.apply(chosen)
+        unit = registry.unit(self.backend)
+        if unit.builds_llama_cpp:
+            self.apply(cxx_toolchain.plan_cxx_compilers(self.facts, self.cmake_args, self.env))
+        planned = unit.plan(self.inputs_for(unit))
+        self.apply(planned)
         if self.params.build.rpc:
-            rpc.configure(self)
+            self.apply(rpc.client_plan(self.backend, unit.builds_llama_cpp))
         self._cpu_code()
         self._multimodal()
-        self.generator = windows.choose_generator(self)
+        self.generator, generator_plan = windows.choose_generator(self.facts, self.platform)
+        self.apply(generator_plan)
         if self.platform == "windows":
-            windows.short_temp(self)
+            self.apply(windows.short_temp(self.facts))
         self._compiler_cache()
         self._remembered_repairs()
         self._user_arguments()
         self._jobs()
-        registry.unit(self.backend).expected_build_time(self)
+        self.apply(unit.expected_build_time(self.inputs_for(unit), planned))
         self._source()
         server = self._rpc_server()
         return self._build_plan(server)
@@ -176,7 +214,7 @@ class Planner:
                 self.decide("remembered repairs", "ignored", "build.forget_repairs is true")
             return
         for repair in self.remembered:
-            if repair.backend != self.backend.value:
+            if repair.backend != self.backend:
                 continue
             self.cmake_args, self.env = replay(self.cmake_args, self.env, repair)
             if repair.build_isolation is not None:
@@ -217,7 +255,7 @@ class Planner:
     def _jobs(self) -> None:
         if self.params.build.jobs == "auto":
             self.jobs, why = parallel_jobs(self.facts.cpu.logical_cores, self.facts.memory.available_mib,
-                                           self.backend.value)
+                                           self.backend)
         else:
             self.jobs, why = int(self.params.build.jobs), "given in parameters build.jobs"
         self.decide("parallel jobs", str(self.jobs), why)
@@ -241,14 +279,14 @@ class Planner:
         if not self.params.build.rpc or not self.builds_llama_cpp():
             return None
         wanted = self.params.build.rpc_server_backend
-        if not wanted or wanted == self.backend.value:
-            return rpc.server_plan(self.cmake_args, self.backend.value, {**self.env, **self.runtime_env})
-        server_params = replace(self.params, backend=Backend(wanted),
+        if not wanted or wanted == self.backend:
+            return rpc.server_plan(self.cmake_args, self.backend, {**self.env, **self.runtime_env})
+        server_params = replace(self.params, backend=wanted,
                                 build=replace(self.params.build, rpc=False, rpc_server_backend=""))
         server = Planner(self.facts, server_params, self.remembered).plan()
-        if server.backend.value != wanted:
+        if server.backend != wanted:
             self.block("rpc-server-backend-unavailable", f"build.rpc_server_backend is {wanted}, but a {wanted} build "
-                       f"cannot be planned here (it fell back to {server.backend.value})")
+                       f"cannot be planned here (it fell back to {server.backend})")
         for blocker in server.blockers:
             self.block(blocker.code, f"rpc-server ({wanted}): {blocker.message}")
         if server.toolkit_request is not None:
@@ -256,7 +294,7 @@ class Planner:
                        "from PyPI wheels, which only the wheel's own build assembles: install a CUDA toolkit or give "
                        "its folder (cuda.toolkit=/path/to/cuda)")
         self.decide("rpc-server backend", wanted, f"build.rpc_server_backend: the server runs {wanted}, the wheel "
-                    f"{self.backend.value} with the RPC client")
+                    f"{self.backend} with the RPC client")
         return rpc.server_plan(server.cmake_args, wanted, {**server.env, **server.runtime_env})
 
     def _build_plan(self, server: rpc.RpcPlan | None) -> BuildPlan:
@@ -274,8 +312,8 @@ class Planner:
             source_sha256=source.sha256,
             source_path=source.path,
             find_links=source.find_links or (bundle_wheels(source.path) if source.path else ""),
-            cuda_toolkit=self.toolkit.root if self.toolkit and self.backend is Backend.CUDA else "",
-            toolkit_request=self.toolkit_request if self.backend is Backend.CUDA else None,
+            cuda_toolkit=self.toolkit.root if self.toolkit else "",
+            toolkit_request=self.toolkit_request,
             cuda_architectures=self.architectures,
             gpu_targets=self.gpu_targets,
             ccache=self.ccache,
@@ -294,7 +332,7 @@ class Planner:
             remembered_repairs=self.replayed,
             rpc=server,
         )
-        studio = windows.newest_visual_studio(self.facts)
+        studio = self.facts.newest_visual_studio
         plan.shell_commands = shell_lines(plan, studio.dev_shell if studio else "", studio.vcvarsall if studio else "")
         return plan
 
@@ -322,7 +360,7 @@ def configure_step(run: RunFolder) -> BuildPlan:
 def planned_message(plan: BuildPlan) -> str:
     remembered = (f", with the repair that worked here before ({', '.join(plan.remembered_repairs)})"
                   if plan.remembered_repairs else "")
-    return f"{plan.backend.value} build planned{remembered}"
+    return f"{plan.backend} build planned{remembered}"
 
 
 def parallel_jobs(cores: int, available_mib: int | None, backend: str) -> tuple[int, str]:
