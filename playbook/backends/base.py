@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
 from playbook.facts import Device, Facts
 from playbook.knowledge.failures import Remedy
+from playbook.probing import ProbeContext
 
 GIB_MIB = 1024
 
@@ -148,6 +149,13 @@ class BackendUnit:
     def toolkit_release(self, inputs: BackendInputs) -> str:
         """The release of the toolkit a plan builds with ("13.0"), where it has one; "" otherwise."""
         return ""
+
+    # ------------------------------------------------------------------ detecting
+
+    def probe(self, context: ProbeContext) -> dict[str, Any]:
+        """The :class:`~playbook.facts.Facts` fields it owns, probed on this machine (detect calls each unit's probe
+        and fills Facts with what they return); a missing tool is a fact, never an exception."""
+        return {}
 
     # ------------------------------------------------------------------ devices
 

@@ -14,10 +14,8 @@ import platform
 import re
 import shutil
 import struct
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +43,7 @@ from playbook.facts import (
     VulkanDevice,
     VulkanHeaders,
 )
+from playbook.probing import CommandOutput, CommandRunner, run_command  # noqa: F401  (detect's callers import them here)
 from playbook.runfolder.redact import redact_env
 from playbook.toolkits import cxx_runtime
 
@@ -61,23 +60,6 @@ BUILD_ENV_NAMES = re.compile(
     re.IGNORECASE,
 )
 PYPI_TOOLKIT_MARKER = "playbook-toolkit.json"  # playbook.toolkits.pypi.MARKER: an assembled root is complete
-
-
-@dataclass
-class CommandOutput:
-    returncode: int | None  # None: the program could not be started
-    stdout: str
-
-
-CommandRunner = Callable[[list[str], float], CommandOutput]
-
-
-def run_command(args: list[str], timeout: float = 20.0) -> CommandOutput:
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace")
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return CommandOutput(None, str(err))
-    return CommandOutput(proc.returncode, proc.stdout + proc.stderr)
 
 
 # ---------------------------------------------------------------- parsers (pure)
@@ -133,7 +115,7 @@ def parse_nvidia_smi_csv(text: str) -> tuple[NvidiaDriver, list[Gpu]]:
 
 def parse_nvidia_smi_xml(text: str) -> tuple[NvidiaDriver, list[Gpu]]:
     """Output of ``nvidia-smi -q -x``. It names no compute capability: that comes from the GPU table."""
-    import xml.etree.ElementTree as ElementTree
+    from xml.etree import ElementTree
 
     from playbook.knowledge.compatibility import gpu_model
 
