@@ -21,7 +21,7 @@ CommandRunner = Callable[[list[str], float], CommandOutput]
 
 def run_command(args: list[str], timeout: float = 20.0) -> CommandOutput:
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, errors="replace")
+        proc = subprocess.run(args, check=False, capture_output=True, text=True, timeout=timeout, errors="replace")
     except (OSError, subprocess.TimeoutExpired) as err:
         return CommandOutput(None, str(err))
     return CommandOutput(proc.returncode, proc.stdout + proc.stderr)
