@@ -299,6 +299,7 @@ class Walkthrough:
 
     def _show_detect(self, run: RunFolder) -> None:
         from playbook.interfaces import tables as display
+        from playbook.verify.units.throughput import THROUGHPUT
 
         if not run.layout.detect_facts.is_file():
             self.sections["detect"].value = ""
@@ -402,8 +403,9 @@ class Walkthrough:
         self.sections["verify"].value = (f"<p><b>{html.escape(result.summary)}</b></p>"
                                          + table_html(display.sweep_table(result).dropna(axis=1, how="all").round(2))
                                          + findings)
-        plot = run.layout.throughput_plots(attempt)[0]
-        if plot.is_file():
+        throughput = result.measured(THROUGHPUT)
+        plot = run.layout / throughput.plot_files[0] if throughput and throughput.plot_files else None
+        if plot is not None and plot.is_file():
             self.plot.value, self.plot.layout.display = plot.read_bytes(), None
 
 
