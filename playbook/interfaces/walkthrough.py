@@ -299,7 +299,6 @@ class Walkthrough:
 
     def _show_detect(self, run: RunFolder) -> None:
         from playbook.interfaces import tables as display
-        from playbook.verify.units.throughput import THROUGHPUT
 
         if not run.layout.detect_facts.is_file():
             self.sections["detect"].value = ""
@@ -390,6 +389,7 @@ class Walkthrough:
 
     def _show_verify(self, run: RunFolder) -> None:
         from playbook.interfaces import tables as display
+        from playbook.verify.units.throughput import THROUGHPUT
 
         attempt = run.layout.latest_attempt("verify")
         if not attempt:

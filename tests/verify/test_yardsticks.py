@@ -6,8 +6,8 @@ import pytest
 
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import SweepPoint, compare_with_yardsticks, gpu_bandwidth_gb_per_s, plot_throughput
-from playbook.verify.yardsticks import LlamaBench, parse_llama_bench_json
 from playbook.verify.units.llama_bench import LLAMA_BENCH
+from playbook.verify.yardsticks import LlamaBench, parse_llama_bench_json
 
 # The shape of `llama-bench -o json` (fields trimmed to those the playbook reads plus a few others).
 LLAMA_BENCH_JSON = json.dumps([
