@@ -3,6 +3,11 @@
 Facts files, plans, results and records are typed dataclasses; :func:`write_json` writes one
 (atomically, see :mod:`playbook.files`), :func:`read_json` rebuilds it, nested dataclasses, lists,
 optionals and enums included. Unknown keys are ignored, so a newer playbook reads older files.
+
+Two hooks, both on the class read: ``from_text`` rebuilds a dataclass an older file kept as a plain sentence, and
+``upgrade_json`` turns an older file's dict into the current shape before it is read (verify's flat result into
+its mapping by unit). A mapping whose values' types come from a registry (verify's ``measurements``) is read as
+plain JSON values and typed by :func:`as_type` when its reader names the type.
 """
 
 from __future__ import annotations
@@ -35,12 +40,22 @@ def read_json(cls: type[T], path: Path) -> T:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Rebuild a (nested) dataclass from ``dataclasses.asdict`` output; unknown keys are ignored."""
+    upgrade = getattr(cls, "upgrade_json", None)
+    if upgrade is not None:
+        data = upgrade(data)
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
         if field.name in data:
             kwargs[field.name] = _value(hints[field.name], data[field.name])
     return cls(**kwargs)
+
+
+def as_type(hint: type[T], value: Any) -> T:
+    """``value`` as ``hint``: as it is when it is one already, else rebuilt from its JSON form."""
+    if isinstance(hint, type) and isinstance(value, hint):
+        return value
+    return typing.cast(T, _value(hint, value))
 
 
 def _default(value: Any) -> Any:
@@ -52,6 +67,8 @@ def _value(hint: Any, value: Any) -> Any:
         return None
     if isinstance(hint, type) and issubclass(hint, Enum):
         return hint(value)
+    if hint is Path:
+        return Path(value)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if isinstance(value, str) and hasattr(hint, "from_text"):  # an older file's plain sentence
             return hint.from_text(value)

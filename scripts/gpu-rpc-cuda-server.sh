@@ -71,7 +71,7 @@ import json, pathlib, sys
 run = pathlib.Path(sys.argv[1])
 for path in sorted(run.glob("verify-attempt-*.json")):
     verify = json.loads(path.read_text())
-    rpc = verify.get("rpc") or {}
+    rpc = verify.get("measurements", {}).get("rpc-offload") or {}
     print(f"{path.name}: ok={verify['ok']}; {verify['summary']}")
     for server in rpc.get("servers", []):
         print(f"  server {server['address']}: {server['build']['backend']} {server['build']['binary']} "

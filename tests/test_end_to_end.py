@@ -24,6 +24,9 @@ from playbook.steps.configure import configure_here
 from playbook.steps.repair import Diagnosis
 from playbook.steps.repair_memory import recall
 from playbook.verify.step import VerifyResult
+from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
+from playbook.verify.units.import_probe import IMPORT_PROBE
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 
 @pytest.mark.slow
@@ -60,18 +63,19 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path, seeded_cache):
     assert "-DGGML_CUDA=off" in layout.build_log(1).read_text()
 
     verify = read_json(VerifyResult, layout.verify_result(attempts))
-    assert verify.ok and verify.probe.result["version"] == "0.3.36"
-    assert verify.probe.result["supports_gpu_offload"] is False
-    assert [p.n_gpu_layers for p in verify.points] == [0]
-    point = verify.points[0]
+    assert verify.ok and verify.measured(IMPORT_PROBE).outcome.result["version"] == "0.3.36"
+    assert verify.measured(IMPORT_PROBE).outcome.result["supports_gpu_offload"] is False
+    sweep = verify.measured(OFFLOAD_SWEEP)
+    assert [p.n_gpu_layers for p in sweep.points] == [0]
+    point = sweep.points[0]
     assert point.status == "ok" and point.pp_tokens_per_s > 0 and point.tg_tokens_per_s > 0
-    assert verify.agreement is None  # nothing to compare on a CPU-only build
-    assert layout.throughput_plots(attempts)[0].stat().st_size > 1000
+    assert verify.measured(GPU_CPU_AGREEMENT) is None  # nothing to compare on a CPU-only build
+    assert layout.unit_files(attempts, "throughput").beside(".png").stat().st_size > 1000
 
     manifest = json.loads(layout.manifest.read_text())
     for path in (layout.notebook(Step.DETECT), layout.notebook(Step.CONFIGURE), layout.notebook(Step.BUILD, 1),
                  layout.notebook(Step.VERIFY, attempts), layout.detect_facts, layout.plan(1),
-                 layout.build_result(attempts), layout.verify_result(attempts), layout.throughput_csv(attempts),
+                 layout.build_result(attempts), layout.verify_result(attempts), layout.unit_files(attempts, "throughput").beside(".csv"),
                  layout.build_log(1)):
         assert path.name in manifest["files"], path.name
     assert manifest["outcome"] == "ok"

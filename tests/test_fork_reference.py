@@ -14,7 +14,8 @@ from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
 from playbook.verify.step import VerifyResult
-from playbook.verify.units.import_probe import MTMD_SYMBOL
+from playbook.verify.units.import_probe import IMPORT_PROBE, MTMD_SYMBOL
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "outputs" / "reference" / "20261125T144314Z-vm"
@@ -38,9 +39,10 @@ def test_the_archived_fork_build_has_the_forks_pins_its_symbol_and_a_passing_ver
     assert not any("MTMD_BUILD" in a or "LLAVA_BUILD" in a for a in plan.cmake_args)  # the fork's default: built
 
     verify = read_json(VerifyResult, layout.verify_result(1))
-    assert verify.ok and verify.findings == [] and verify.probe.result["version"] == "0.3.48"
-    assert [p.status for p in verify.points] == ["ok"] and verify.points[0].tg_tokens_per_s > 0
-    symbols = layout.symbols_log(1).read_text()
+    assert verify.ok and verify.findings == [] and verify.measured(IMPORT_PROBE).outcome.result["version"] == "0.3.48"
+    points = verify.measured(OFFLOAD_SWEEP).points
+    assert [p.status for p in points] == ["ok"] and points[0].tg_tokens_per_s > 0
+    symbols = layout.unit_files(1, "symbols").log().read_text()
     assert QWEN3VL in symbols.splitlines()[0] and MTMD_SYMBOL in symbols.splitlines()[0]
     assert "lib/libmtmd.so" in symbols and 'PLAYBOOK_RESULT {"missing": {}}' in symbols
 

@@ -10,6 +10,9 @@ from pathlib import Path
 from playbook.serialization import read_json
 from playbook.steps.configure import BuildPlan
 from playbook.verify.step import VerifyResult
+from playbook.verify.units.backend_library import BACKEND_LIBRARY
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
+from playbook.verify.units.rpc_offload import RPC_OFFLOAD
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENBLAS_RUN = ROOT / "outputs" / "reference" / "20261125T144256Z-vm"
@@ -39,7 +42,7 @@ def test_the_openblas_run_has_blas_in_the_wheel_loaded_and_used():
     verify = read_json(VerifyResult, OPENBLAS_RUN / "verify-attempt-1.json")
     plan = read_json(BuildPlan, OPENBLAS_RUN / "plan-attempt-1.json")
     assert verify.ok and {"-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"} <= set(plan.cmake_args)
-    [blas] = verify.backend_libraries
+    [blas] = verify.measured(BACKEND_LIBRARY).checks
     assert blas.library == "ggml-blas" and blas.file == "lib/libggml-blas.so" and blas.loaded and not blas.problems
     assert blas.device == "BLAS: OpenBLAS" and blas.prompt_graph_splits > 1
     assert f"split {blas.prompt_graph_splits} ways" in readme_section()
@@ -57,7 +60,7 @@ def test_the_openblas_ratio_quoted_is_the_archived_benchmark_s():
 def test_the_rpc_figures_quoted_are_the_archived_run_s():
     verify = read_json(VerifyResult, RPC_RUN / "verify-attempt-1.json")
     assert verify.ok
-    rpc = verify.rpc
+    rpc = verify.measured(RPC_OFFLOAD)
     [server] = rpc.servers
     assert server.address.startswith("127.0.0.1:") and server.exit_status == "stopped by verify"
     assert server.build.backend == "cpu" and len(server.build.sha256) == 64
@@ -66,6 +69,6 @@ def test_the_rpc_figures_quoted_are_the_archived_run_s():
     assert f"{server.model_mib_by_layers[str(full)]:.1f} MiB of weights" in section
     for point in rpc.points:
         assert point.status == "ok" and f"{point.tg_tokens_per_s:.1f}" in section, point.n_gpu_layers
-    local = verify.points[0]
+    local = verify.measured(OFFLOAD_SWEEP).points[0]
     assert f"{local.tg_tokens_per_s:.1f} t/s" in section
     assert rpc.agreement.ok and f"relative error {rpc.agreement.relative_error:.1g}" in section

@@ -27,9 +27,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+
+from playbook.serialization import read_json
+from playbook.verify.result import Unit, VerifyResult
+from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
+from playbook.verify.units.llama_bench import LLAMA_BENCH
+from playbook.verify.units.model_file import MODEL_FILE
+from playbook.verify.units.rpc_offload import RPC_OFFLOAD
+from playbook.verify.units.throughput import THROUGHPUT
 
 ROOT = Path(__file__).resolve().parent.parent
 REF = ROOT / "outputs" / "reference"
@@ -95,8 +104,8 @@ def openblas_round(model: str, number: int, wheel: str, test: str) -> Callable[[
 
 
 def rpc_point(ngl: int, run: str = RPC, attempt: int = 1) -> Callable[[], float]:
-    return lambda: next(p["tg_tokens_per_s"] for p in _json(REF / run / f"verify-attempt-{attempt}.json")["rpc"]["points"]
-                        if p["n_gpu_layers"] == ngl)
+    return lambda: next(p.tg_tokens_per_s for p in _verify(run, attempt).measured(RPC_OFFLOAD).points
+                        if p.n_gpu_layers == ngl)
 
 
 # ---------------------------------------------------------------- reading the archived files
@@ -113,9 +122,21 @@ def _json(path: Path) -> dict:
 
 
 def _dig(data, dotted: str):
+    """A dotted path into JSON or into a dataclass: list indexes, dict keys and attributes."""
     for key in dotted.split("."):
-        data = data[int(key)] if isinstance(data, list) else data[key]
+        if isinstance(data, list):
+            data = data[int(key)]
+        elif isinstance(data, dict):
+            data = data[key]
+        else:
+            data = getattr(data, key)
     return data
+
+
+@functools.cache
+def _verify(run: str, attempt: int) -> VerifyResult:
+    """A run's verify-attempt-N.json, read as the playbook reads it (the archived runs' flat shape too)."""
+    return read_json(VerifyResult, REF / run / f"verify-attempt-{attempt}.json")
 
 
 def build(run: str, attempt: int, key: str) -> Callable[[], float]:
@@ -123,9 +144,9 @@ def build(run: str, attempt: int, key: str) -> Callable[[], float]:
     return lambda: _dig(_json(REF / run / f"build-attempt-{attempt}.json"), key)
 
 
-def verify(run: str, attempt: int, key: str) -> Callable[[], float]:
-    """A field of a run's verify-attempt-N.json."""
-    return lambda: _dig(_json(REF / run / f"verify-attempt-{attempt}.json"), key)
+def verify(run: str, attempt: int, unit: Unit[Any], key: str) -> Callable[[], float]:
+    """A field of one unit's value in a run's verify-attempt-N.json (dotted for nested: "servers.0.build.build_s")."""
+    return lambda: _dig(_verify(run, attempt).measured(unit), key)
 
 
 def step_s(run: str, step: str, attempt: int = 1) -> Callable[[], float]:
@@ -452,13 +473,13 @@ FIGURES = [
     F(BACKENDS, "the 1B-shaped model 8.8 against {} t/s", openblas_vs_cpu("1b", 1), ".1f"),
     F(BACKENDS, "184.1 against {} t/s (ratio 0.56", openblas_vs_cpu("tiny", 1), ".1f"),
     F(BACKENDS, "(the tiny model's: 5.4 to {} t/s)", openblas_round("tiny", 3, "openblas", "tg"), ".1f"),
-    F(BACKENDS, "from the same tree ({} s: an earlier run", verify(RPC, 1, "rpc.servers.0.build.build_s"), ".1f"),
-    F(RUNS, "from the same tree ({} s: an earlier run", verify(RPC, 1, "rpc.servers.0.build.build_s"), ".1f"),
-    F(BACKENDS, "(top-1 agreement {} %; both sides", per_cent(verify(RPC, 1, "rpc.agreement.top1_agreement")), ".0f"),
+    F(BACKENDS, "from the same tree ({} s: an earlier run", verify(RPC, 1, RPC_OFFLOAD, "servers.0.build.build_s"), ".1f"),
+    F(RUNS, "from the same tree ({} s: an earlier run", verify(RPC, 1, RPC_OFFLOAD, "servers.0.build.build_s"), ".1f"),
+    F(BACKENDS, "(top-1 agreement {} %; both sides", per_cent(verify(RPC, 1, RPC_OFFLOAD, "agreement.top1_agreement")), ".0f"),
     F(BACKENDS, "token generation {} t/s with 0, 0.8 with 2", rpc_point(0), ".1f"),
-    F(BACKENDS, "the server then holding {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"),
+    F(BACKENDS, "the server then holding {} MiB of weights", verify(RPC, 1, RPC_OFFLOAD, "servers.0.model_mib_by_layers.5"),
       ".1f"),
-    F(BACKENDS, "MiB of weights ({} MiB with 2)", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.2"), ".1f"),
+    F(BACKENDS, "MiB of weights ({} MiB with 2)", verify(RPC, 1, RPC_OFFLOAD, "servers.0.model_mib_by_layers.2"), ".1f"),
     F(BACKENDS, "without a server, locally: {} t/s", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "built cold in {} s; verify ok", build(OPENBLAS, 1, "duration_s"), ".0f"),
     F(RUNS, "pp512 {} t/s, tg32", point(OPENBLAS, 1, 0, "pp_tokens_per_s"), ".1f"),
@@ -469,19 +490,19 @@ FIGURES = [
     F(MEASURE, "token generation {} t/s with 0 layers sent, 97.4", rpc_point(0, RPC_GPU, 2), ".1f"),
     F(MEASURE, "t/s with 0 layers sent, {} with 8", rpc_point(8, RPC_GPU, 2), ".1f"),
     F(MEASURE, "with 8 and {} with all 17", rpc_point(17, RPC_GPU, 2), ".1f"),
-    F(MEASURE, "server then holding {} MiB), against", verify(RPC_GPU, 2, "rpc.servers.0.held_mib_by_layers.17"),
+    F(MEASURE, "server then holding {} MiB), against", verify(RPC_GPU, 2, RPC_OFFLOAD, "servers.0.held_mib_by_layers.17"),
       ".1f"),
     F(MEASURE, "against {} t/s locally without a server", point(RPC_GPU, 2, 0, "tg_tokens_per_s"), ".1f"),
-    F(MEASURE, "relative error {}, top-1 agreement 85.5", verify(RPC_GPU, 2, "rpc.agreement.relative_error"), ".3f"),
-    F(MEASURE, "top-1 agreement {} % (the limits", per_cent(verify(RPC_GPU, 2, "rpc.agreement.top1_agreement")), ".1f"),
-    F(MEASURE, "(the limits: {} and 75 %)", verify(RPC_GPU, 2, "rpc.agreement.max_relative_error"), ".1f"),
-    F(MEASURE, "(the limits: 0.1 and {} %)", per_cent(verify(RPC_GPU, 2, "rpc.agreement.min_top1_agreement")), ".0f"),
+    F(MEASURE, "relative error {}, top-1 agreement 85.5", verify(RPC_GPU, 2, RPC_OFFLOAD, "agreement.relative_error"), ".3f"),
+    F(MEASURE, "top-1 agreement {} % (the limits", per_cent(verify(RPC_GPU, 2, RPC_OFFLOAD, "agreement.top1_agreement")), ".1f"),
+    F(MEASURE, "(the limits: {} and 75 %)", verify(RPC_GPU, 2, RPC_OFFLOAD, "agreement.max_relative_error"), ".1f"),
+    F(MEASURE, "(the limits: 0.1 and {} %)", per_cent(verify(RPC_GPU, 2, RPC_OFFLOAD, "agreement.min_top1_agreement")), ".0f"),
     F(RUNS, "tg {} / 97.4 / 663.6 t/s with 0 / 8 / 17", rpc_point(0, RPC_GPU, 2), ".1f"),
     F(RUNS, "tg 65.8 / {} / 663.6 t/s with 0 / 8 / 17", rpc_point(8, RPC_GPU, 2), ".1f"),
     F(RUNS, "tg 65.8 / 97.4 / {} t/s with 0 / 8 / 17", rpc_point(17, RPC_GPU, 2), ".1f"),
     F(RUNS, "layers sent to the CUDA server, {} t/s locally", point(RPC_GPU, 2, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "layers sent, {} t/s locally", point(RPC, 1, 0, "tg_tokens_per_s"), ".1f"),
-    F(RUNS, "t/s locally; {} MiB of weights", verify(RPC, 1, "rpc.servers.0.model_mib_by_layers.5"), ".1f"),
+    F(RUNS, "t/s locally; {} MiB of weights", verify(RPC, 1, RPC_OFFLOAD, "servers.0.model_mib_by_layers.5"), ".1f"),
     F(BACKENDS, "all 167 of 167 build steps in {} s", build(HIP, 1, "duration_s"), ".0f"),
     F(CUDA_PYPI_PAGE, "on 2 jobs in {} s, run", build(CUDA_PYPI, 2, "duration_s"), ".0f"),
     # docs/measurements.md: Verify against llama-bench, and the tune, on an H100
@@ -503,8 +524,8 @@ FIGURES = [
     F(BACKENDS, "(465 ninja steps against {} for a CPU wheel", case(CPU_VM, "b", "ninja steps")),
     F(BACKENDS, "the wheel is {} MB. Verify", mega(build(LAVAPIPE, 1, "wheel.size_bytes")), ".0f"),
     F(BACKENDS, "MB. Verify ({} s) found", step_s(LAVAPIPE, "verify"), ".0f"),
-    F(BACKENDS, "CPU's (relative error {}, top-1 agreement", verify(LAVAPIPE, 1, "agreement.relative_error"), ".3f"),
-    F(BACKENDS, "top-1 agreement {} %). Its speeds", per_cent(verify(LAVAPIPE, 1, "agreement.top1_agreement")), ".1f"),
+    F(BACKENDS, "CPU's (relative error {}, top-1 agreement", verify(LAVAPIPE, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
+    F(BACKENDS, "top-1 agreement {} %). Its speeds", per_cent(verify(LAVAPIPE, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".1f"),
     F(BACKENDS, "token generation {} t/s on the CPU backend", point(LAVAPIPE, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(BACKENDS, "and {} t/s with every layer on lavapipe", point(LAVAPIPE, 1, 5, "tg_tokens_per_s"), ".1f"),
     # docs/backends.md: CUDA against Vulkan on one GPU (overlay.csv)
@@ -531,7 +552,7 @@ FIGURES = [
     F(BACKENDS, "× to {}×).", lambda: max(r for r in partial_offload("tg_tokens_per_s").values() if r > 1), ".2f"),
     # docs/measurements.md: Measured on a GPU machine
     F(MEASURE, "built the wheel in {} s, found GPU", build(GPU_1B, 1, "duration_s"), ".0f"),
-    F(MEASURE, "(relative error {} over 256 positions", verify(GPU_1B, 1, "agreement.relative_error"), ".3f"),
+    F(MEASURE, "(relative error {} over 256 positions", verify(GPU_1B, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
     F(MEASURE, "rising from {} t/s with no layer", point(GPU_1B, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(MEASURE, "on the GPU to {} t/s with all 17", point(GPU_1B, 1, 17, "tg_tokens_per_s"), ".0f"),
     F(MEASURE, "low-level API is {} t/s for token generation", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".1f"),
@@ -539,20 +560,20 @@ FIGURES = [
     F(MEASURE, "llama-bench's 932.1 (ratio {}) and", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
     F(MEASURE, "and {}k t/s for prompt processing", thousands(point(WITH_BENCH, 1, 17, "pp_tokens_per_s")), ".1f"),
     F(MEASURE, "for prompt processing (ratio {});", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
-    F(MEASURE, "GPU ({} GB/s ÷", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
-    F(MEASURE, "GB/s ÷ {} GB) is", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
-    F(MEASURE, "GB) is {} t/s, so generation", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
+    F(MEASURE, "GPU ({} GB/s ÷", verify(WITH_BENCH, 1, THROUGHPUT, "gpu_bandwidth_gb_per_s"), ".0f"),
+    F(MEASURE, "GB/s ÷ {} GB) is", giga(verify(WITH_BENCH, 1, MODEL_FILE, "description.file_size_bytes")), ".2f"),
+    F(MEASURE, "GB) is {} t/s, so generation", verify(WITH_BENCH, 1, THROUGHPUT, "tg_limit_tokens_per_s"), ".0f"),
     F(MEASURE, "generation reaches {} % of it", per_cent(point(WITH_BENCH, 1, 17, "tg_bandwidth_fraction")), ".1f"),
-    F(MEASURE, "Q4_0 model ({} GB)", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
+    F(MEASURE, "Q4_0 model ({} GB)", giga(verify(GPU_7B, 1, MODEL_FILE, "description.file_size_bytes")), ".1f"),
     F(MEASURE, "token generation {} t/s with no layer on the GPU, 362.9", point(GPU_7B, 1, 0, "tg_tokens_per_s"),
       ".1f"),
     F(MEASURE, "on the GPU, {} t/s with all 33", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
     F(MEASURE, "with all 33 (llama-bench {},", point(GPU_7B, 1, 33, "bench_tg_tokens_per_s"), ".1f"),
     F(MEASURE, "348.6, ratio {}; 28.6", point(GPU_7B, 1, 33, "tg_ratio"), ".3f"),
     F(MEASURE, "1.041; {} % of the 1270", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
-    F(MEASURE, "% of the {} t/s bandwidth limit), logits", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
-    F(MEASURE, "logits relative error {} and top-1", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
-    F(MEASURE, "top-1 agreement {} % against the CPU", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
+    F(MEASURE, "% of the {} t/s bandwidth limit), logits", verify(GPU_7B, 1, THROUGHPUT, "tg_limit_tokens_per_s"), ".0f"),
+    F(MEASURE, "logits relative error {} and top-1", verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
+    F(MEASURE, "top-1 agreement {} % against the CPU", per_cent(verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".1f"),
     F(MEASURE, "libmtmd left out, {} ninja steps), measured", case(H100, "b", "ninja steps")),
     F(MEASURE, "took {} s cold against 385.2 s for a plain", case(H100, "b"), ".1f"),
     F(MEASURE, "cold against {} s for a plain `pip wheel` with the same", case(H100, "a"), ".1f"),
@@ -578,21 +599,21 @@ FIGURES = [
     # benchmarks/README.md: Throughput
     F(BENCH, "llama-bench (ratio {} for generation,", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
     F(BENCH, "for generation, {} for prompt processing)", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
-    F(BENCH, "The limit is {} GB/s (NVML", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
-    F(BENCH, "bus width) ÷ {} GB of weights", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
-    F(BENCH, "GB of weights = {} t/s.", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
-    F(BENCH, "synthetic model ({} GB; the wheel", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
+    F(BENCH, "The limit is {} GB/s (NVML", verify(WITH_BENCH, 1, THROUGHPUT, "gpu_bandwidth_gb_per_s"), ".0f"),
+    F(BENCH, "bus width) ÷ {} GB of weights", giga(verify(WITH_BENCH, 1, MODEL_FILE, "description.file_size_bytes")), ".2f"),
+    F(BENCH, "GB of weights = {} t/s.", verify(WITH_BENCH, 1, THROUGHPUT, "tg_limit_tokens_per_s"), ".0f"),
+    F(BENCH, "synthetic model ({} GB; the wheel", giga(verify(GPU_7B, 1, MODEL_FILE, "description.file_size_bytes")), ".1f"),
     F(BENCH, "from the wheel cache in {} s, verify took", build(GPU_7B, 1, "duration_s"), ".1f"),
     F(BENCH, "verify took {} s):", step_s(GPU_7B, "verify"), ".0f"),
     F(BENCH, "Full offload: {} t/s generation", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
     F(BENCH, "generation against llama-bench's {} (1.041)", point(GPU_7B, 1, 33, "bench_tg_tokens_per_s"), ".1f"),
     F(BENCH, "llama-bench's 348.6 ({}), 28.6", point(GPU_7B, 1, 33, "tg_ratio"), ".3f"),
     F(BENCH, "(1.041), {} % of the", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
-    F(BENCH, "% of the {} t/s bandwidth limit. GPU", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
-    F(BENCH, "logits: relative error {} (Q4_0", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
-    F(BENCH, "(Q4_0 allows {}), top-1", verify(GPU_7B, 1, "agreement.max_relative_error"), ".2f"),
-    F(BENCH, "top-1 agreement {} %, the GPU's", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
-    F(BENCH, "CPU's top 5 at {} % of the 256", per_cent(verify(GPU_7B, 1, "agreement.top1_in_cpu_top5")), ".1f"),
+    F(BENCH, "% of the {} t/s bandwidth limit. GPU", verify(GPU_7B, 1, THROUGHPUT, "tg_limit_tokens_per_s"), ".0f"),
+    F(BENCH, "logits: relative error {} (Q4_0", verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
+    F(BENCH, "(Q4_0 allows {}), top-1", verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "max_relative_error"), ".2f"),
+    F(BENCH, "top-1 agreement {} %, the GPU's", per_cent(verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".1f"),
+    F(BENCH, "CPU's top 5 at {} % of the 256", per_cent(verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "top1_in_cpu_top5")), ".1f"),
     F(BENCH, "explain the {}–1.12 ratios at partial offload", lambda: min(_sweep_ratios(GPU_7B, True)), ".2f"),
     F(BENCH, "explain the 0.91–{} ratios at partial offload", lambda: max(_sweep_ratios(GPU_7B, True)), ".2f"),
     # benchmarks/README.md: Runtime tuning (tune-attempt-1.md, throughput-attempt-1.csv)
@@ -622,7 +643,7 @@ FIGURES = [
     F(BENCH, "after an sm_90 build | 241 s | {} hits", build(WRONG_ARCH, 1, "ccache.hits")),
     F(BENCH, "| 241 s | 178 hits, {} misses (the CUDA objects)", build(WRONG_ARCH, 1, "ccache.misses")),
     F(BENCH, "retry with the sm_90 fingerprint | {} s | wheel cache", build(WRONG_ARCH, 2, "duration_s"), ".1f"),
-    F(BENCH, "llama-bench from the same tree | {} s | warm", verify(WITH_BENCH, 1, "llama_bench.build_s"), ".0f"),
+    F(BENCH, "llama-bench from the same tree | {} s | warm", verify(WITH_BENCH, 1, LLAMA_BENCH, "build_s"), ".0f"),
     F(BENCH, "`20261122T040220Z-vm` | cold, {} ninja steps", ninja_total(REF / MTMD / "build-attempt-1.log")),
     F(BENCH, "(libmtmd left out) | {} s |", build(MTMD, 1, "duration_s"), ".0f"),
     F(BENCH, "(libmtmd left out) | 204 s | {} misses", build(MTMD, 1, "ccache.misses")),
@@ -661,9 +682,9 @@ FIGURES = [
     F(RUNS, "-DCMAKE_CUDA_ARCHITECTURES=90`; built in {} s (339", build(GPU_1B, 1, "duration_s"), ".0f"),
     F(RUNS, "built in 271 s ({} ninja steps, ccache cold", ninja_total(REF / GPU_1B / "build-attempt-1.log")),
     F(RUNS, "ccache cold: {} misses); verify", build(GPU_1B, 1, "ccache.misses")),
-    F(RUNS, "256 positions, relative error {}, top-1 agreement 85", verify(GPU_1B, 1, "agreement.relative_error"),
+    F(RUNS, "256 positions, relative error {}, top-1 agreement 85", verify(GPU_1B, 1, GPU_CPU_AGREEMENT, "relative_error"),
       ".3f"),
-    F(RUNS, "top-1 agreement {} % (the GPU's top-1", per_cent(verify(GPU_1B, 1, "agreement.top1_agreement")), ".0f"),
+    F(RUNS, "top-1 agreement {} % (the GPU's top-1", per_cent(verify(GPU_1B, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".0f"),
     F(RUNS, "token generation {} t/s with no layer on the GPU → 940", point(GPU_1B, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "on the GPU → {} t/s with all 17", point(GPU_1B, 1, 17, "tg_tokens_per_s"), ".0f"),
     F(RUNS, "(512 tokens) {}k → 48.7k t/s", thousands(point(GPU_1B, 1, 0, "pp_tokens_per_s")), ".1f"),
@@ -673,7 +694,7 @@ FIGURES = [
     F(RUNS, "ccache 178 hits, {} misses); verify found", build(WRONG_ARCH, 1, "ccache.misses")),
     F(RUNS, "reused its wheel from the wheel cache in {} s; verify passed", build(WRONG_ARCH, 2, "duration_s"), ".1f"),
     F(RUNS, "the same build (cold machine: {} s)", build(WITH_BENCH, 1, "duration_s"), ".0f"),
-    F(RUNS, "CMake arguments ({} s, ccache warm", verify(WITH_BENCH, 1, "llama_bench.build_s"), ".0f"),
+    F(RUNS, "CMake arguments ({} s, ccache warm", verify(WITH_BENCH, 1, LLAMA_BENCH, "build_s"), ".0f"),
     F(RUNS, "token generation {} / 932.1 t/s", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "933.4 / {} t/s = 1.001", point(WITH_BENCH, 1, 17, "bench_tg_tokens_per_s"), ".1f"),
     F(RUNS, "932.1 t/s = {}, prompt", point(WITH_BENCH, 1, 17, "tg_ratio"), ".3f"),
@@ -681,14 +702,14 @@ FIGURES = [
     F(RUNS, "47702 / {} t/s = 1.000", point(WITH_BENCH, 1, 17, "bench_pp_tokens_per_s"), ".0f"),
     F(RUNS, "47711 t/s = {}; at 0 layers", point(WITH_BENCH, 1, 17, "pp_ratio"), ".3f"),
     F(RUNS, "at 0 layers {} (tg)", point(WITH_BENCH, 1, 0, "tg_ratio"), ".3f"),
-    F(RUNS, "bus width give {} GB/s", verify(WITH_BENCH, 1, "gpu_bandwidth_gb_per_s"), ".0f"),
-    F(RUNS, "cannot exceed {} t/s for this", verify(WITH_BENCH, 1, "tg_limit_tokens_per_s"), ".0f"),
-    F(RUNS, "for this {} GB model", giga(verify(WITH_BENCH, 1, "model.file_size_bytes")), ".2f"),
+    F(RUNS, "bus width give {} GB/s", verify(WITH_BENCH, 1, THROUGHPUT, "gpu_bandwidth_gb_per_s"), ".0f"),
+    F(RUNS, "cannot exceed {} t/s for this", verify(WITH_BENCH, 1, THROUGHPUT, "tg_limit_tokens_per_s"), ".0f"),
+    F(RUNS, "for this {} GB model", giga(verify(WITH_BENCH, 1, MODEL_FILE, "description.file_size_bytes")), ".2f"),
     F(RUNS, "GB model; {} t/s is 22.8", point(WITH_BENCH, 1, 17, "tg_tokens_per_s"), ".0f"),
     F(RUNS, "t/s is {} % of that limit", per_cent(point(WITH_BENCH, 1, 17, "tg_bandwidth_fraction")), ".1f"),
     F(RUNS, "the wheel came from the wheel cache ({} s)", build(GPU_7B, 1, "duration_s"), ".1f"),
     F(RUNS, "(0.6 s); verify {} s on the", step_s(GPU_7B, "verify"), ".0f"),
-    F(RUNS, "verify 224 s on the {} GB model", giga(verify(GPU_7B, 1, "model.file_size_bytes")), ".1f"),
+    F(RUNS, "verify 224 s on the {} GB model", giga(verify(GPU_7B, 1, MODEL_FILE, "description.file_size_bytes")), ".1f"),
     F(RUNS, "model: token generation {} t/s with no layer", point(GPU_7B, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "on the GPU → {} t/s with all 33", point(GPU_7B, 1, 33, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "(llama-bench {} → 348.6", point(GPU_7B, 1, 0, "bench_tg_tokens_per_s"), ".1f"),
@@ -697,10 +718,10 @@ FIGURES = [
     F(RUNS, "prompt processing {} → 11.9k t/s", point(GPU_7B, 1, 0, "pp_tokens_per_s"), ".0f"),
     F(RUNS, "prompt processing 740 → {}k t/s", thousands(point(GPU_7B, 1, 33, "pp_tokens_per_s")), ".1f"),
     F(RUNS, "k t/s; {} % of the 1270", per_cent(point(GPU_7B, 1, 33, "tg_bandwidth_fraction")), ".1f"),
-    F(RUNS, "% of the {} t/s bandwidth limit; GPU", verify(GPU_7B, 1, "tg_limit_tokens_per_s"), ".0f"),
-    F(RUNS, "GPU vs CPU logits relative error {}, top-1", verify(GPU_7B, 1, "agreement.relative_error"), ".3f"),
-    F(RUNS, "top-1 agreement {} %, top-1 in", per_cent(verify(GPU_7B, 1, "agreement.top1_agreement")), ".1f"),
-    F(RUNS, "CPU's top 5 at {} % of positions", per_cent(verify(GPU_7B, 1, "agreement.top1_in_cpu_top5")), ".1f"),
+    F(RUNS, "% of the {} t/s bandwidth limit; GPU", verify(GPU_7B, 1, THROUGHPUT, "tg_limit_tokens_per_s"), ".0f"),
+    F(RUNS, "GPU vs CPU logits relative error {}, top-1", verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %, top-1 in", per_cent(verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".1f"),
+    F(RUNS, "CPU's top 5 at {} % of positions", per_cent(verify(GPU_7B, 1, GPU_CPU_AGREEMENT, "top1_in_cpu_top5")), ".1f"),
     F(RUNS, "positions; {} MiB of GPU memory", point(GPU_7B, 1, 33, "gpu_memory_mib"), ".0f"),
     F(RUNS, "built without libmtmd in {} s cold", build(MTMD, 1, "duration_s"), ".0f"),
     F(RUNS, "s cold ({} ninja steps); verify", ninja_total(REF / MTMD / "build-attempt-1.log")),
@@ -714,8 +735,8 @@ FIGURES = [
     F(RUNS, "465 ninja steps, ccache {} hits / 285", build(LAVAPIPE, 1, "ccache.hits")),
     F(RUNS, "ccache 0 hits / {} misses, while", build(LAVAPIPE, 1, "ccache.misses")),
     F(RUNS, "builds ran); verify {} s on lavapipe", step_s(LAVAPIPE, "verify"), ".0f"),
-    F(RUNS, "on lavapipe: logits relative error {}, top-1", verify(LAVAPIPE, 1, "agreement.relative_error"), ".3f"),
-    F(RUNS, "top-1 agreement {} %; token generation", per_cent(verify(LAVAPIPE, 1, "agreement.top1_agreement")),
+    F(RUNS, "on lavapipe: logits relative error {}, top-1", verify(LAVAPIPE, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %; token generation", per_cent(verify(LAVAPIPE, 1, GPU_CPU_AGREEMENT, "top1_agreement")),
       ".1f"),
     F(RUNS, "token generation {} t/s with no layer on the device", point(LAVAPIPE, 1, 0, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "on the device → {} t/s with all 5", point(LAVAPIPE, 1, 5, "tg_tokens_per_s"), ".1f"),
@@ -773,8 +794,8 @@ FIGURES = [
     F(RUNS, "Yardstick medians over 5 pairs at 0, 3, 7, 10, 14, 17 layers: pp {}; tg", medians(LAST_GATE, "pp")),
     F(RUNS, "1.011, 0.989; tg {}. Against", medians(LAST_GATE, "tg")),
     F(RUNS, "in 279 s, verify ok in {} s: token generation", step_s(LAST_GATE, "verify"), ".0f"),
-    F(RUNS, "with none); logits relative error {}, top-1", verify(LAST_GATE, 1, "agreement.relative_error"), ".3f"),
-    F(RUNS, "top-1 agreement {} %. Yardstick", per_cent(verify(LAST_GATE, 1, "agreement.top1_agreement")), ".0f"),
+    F(RUNS, "with none); logits relative error {}, top-1", verify(LAST_GATE, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %. Yardstick", per_cent(verify(LAST_GATE, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".0f"),
     F(RUNS, "moved full offload from 919.5 to {} t/s", point(LAST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "the wheel reused ({} s)", step_s(TUNE_H200, "build"), ".1f"),
     F(RUNS, "for both, tg 1.195× / {}× and pp", recommended_gain(TUNE_H200, 0, "tg", 4096), ".3f"),
@@ -792,8 +813,8 @@ FIGURES = [
     F(RUNS, "verify ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
     F(RUNS, "token generation {} t/s with all 17 layers (56.7", point(GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(RUNS, "with all 17 layers ({} with none)", point(GATE, 1, 0, "tg_tokens_per_s"), ".1f"),
-    F(RUNS, "logits against the CPU relative error {}, top-1", verify(GATE, 1, "agreement.relative_error"), ".3f"),
-    F(RUNS, "top-1 agreement {} %. The yardstick's", per_cent(verify(GATE, 1, "agreement.top1_agreement")), ".0f"),
+    F(RUNS, "logits against the CPU relative error {}, top-1", verify(GATE, 1, GPU_CPU_AGREEMENT, "relative_error"), ".3f"),
+    F(RUNS, "top-1 agreement {} %. The yardstick's", per_cent(verify(GATE, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".0f"),
     F(RUNS, "at 0, 3, 7, 10, 14, 17 layers: pp {}; tg", medians(GATE, "pp")),
     F(RUNS, "; tg {} |", medians(GATE, "tg")),
     F(KB, "the lines that hold it. A {} MB build log takes seconds", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),

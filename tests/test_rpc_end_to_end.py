@@ -18,6 +18,8 @@ from playbook.resources import params_dir
 from playbook.runfolder.folder import Outcome
 from playbook.serialization import read_json
 from playbook.verify.step import VerifyResult
+from playbook.verify.units.backend_library import BACKEND_LIBRARY
+from playbook.verify.units.rpc_offload import RPC_OFFLOAD
 
 
 def processes_running(binary: str) -> list[str]:
@@ -42,7 +44,7 @@ def test_a_cpu_rpc_wheel_offloads_to_a_real_rpc_server_on_localhost(tmp_path, pi
     assert units["rpc-offload"].status == "measured" and units["rpc-offload"].passed
     assert units["backend-library"].status == "measured" and units["backend-library"].passed
 
-    rpc = verify.rpc
+    rpc = verify.measured(RPC_OFFLOAD)
     [server] = rpc.servers
     assert server.address.startswith("127.0.0.1:") and server.exit_status == "stopped by verify"
     assert server.build.ok and len(server.build.sha256) == 64 and "-DGGML_RPC=ON" in server.build.cmake_args
@@ -54,12 +56,12 @@ def test_a_cpu_rpc_wheel_offloads_to_a_real_rpc_server_on_localhost(tmp_path, pi
     held = {int(k): v for k, v in server.model_mib_by_layers.items()}
     assert held[0] == 0 and 0 < held[2] < held[5]  # more layers sent, more weights held there
     assert rpc.agreement is not None and rpc.agreement.ok and rpc.agreement.positions > 0
-    assert "RPC0[" + server.address + "]" in layout.rpc_bench_log(attempt, 5).read_text()
-    assert "Starting RPC server" in layout.rpc_server_log(attempt).read_text()
+    assert "RPC0[" + server.address + "]" in layout.unit_files(attempt, "rpc").log("bench-ngl-5").read_text()
+    assert "Starting RPC server" in layout.unit_files(attempt, "rpc").log("server").read_text()
     assert not processes_running(server.build.binary)  # stopped, nothing stray
-    assert layout.rpc_plots(attempt)[0].stat().st_size > 1000
+    assert layout.unit_files(attempt, "rpc").beside(".png").stat().st_size > 1000
 
-    [library] = verify.backend_libraries
+    [library] = verify.measured(BACKEND_LIBRARY).checks
     assert library.library == "ggml-rpc" and library.loaded and ".so" in library.file and not library.problems
     index = write_report(run.path)
     html = Path(index).read_text()

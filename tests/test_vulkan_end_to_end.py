@@ -24,6 +24,10 @@ from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
 from playbook.steps.detect import detect_vulkan, run_command
 from playbook.verify.step import VerifyResult
+from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
+from playbook.verify.units.import_probe import IMPORT_PROBE
+from playbook.verify.units.model_file import MODEL_FILE
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 OUTPUT = Path(__file__).parent / "output" / "vulkan"
 
@@ -79,12 +83,14 @@ def test_vulkan_chain_offloads_agrees_and_sweeps(tmp_path):
 
     verify = read_json(VerifyResult, layout.verify_result(1))
     assert verify.ok, verify.summary
-    assert verify.probe.result["supports_gpu_offload"] is True
-    n_layer = int(verify.model["n_layer"])
-    assert verify.agreement is not None and verify.agreement.ok  # all layers on the Vulkan device against none
-    counts = [p.n_gpu_layers for p in verify.points]
+    assert verify.measured(IMPORT_PROBE).outcome.result["supports_gpu_offload"] is True
+    n_layer = verify.measured(MODEL_FILE).n_layer
+    agreement = verify.measured(GPU_CPU_AGREEMENT)
+    assert agreement is not None and agreement.ok  # all layers on the Vulkan device against none
+    points = verify.measured(OFFLOAD_SWEEP).points
+    counts = [p.n_gpu_layers for p in points]
     assert counts[0] == 0 and counts[-1] == n_layer + 1 and len(counts) >= 3
-    for point in verify.points:
+    for point in points:
         assert point.status == "ok" and point.tg_tokens_per_s > 0 and point.pp_tokens_per_s > 0
         assert point.offloaded_layers == point.n_gpu_layers
     devices = plan.runtime_env.get(vulkan_plan.VISIBLE_DEVICES)

@@ -92,6 +92,8 @@ def fleet_row(run_dir: Path) -> FleetRow:
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
     from playbook.verify.step import VerifyResult
+    from playbook.verify.units.model_file import MODEL_FILE
+    from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
     run = RunFolder(Path(run_dir))
     layout = run.layout
@@ -106,11 +108,13 @@ def fleet_row(run_dir: Path) -> FleetRow:
     gpu = facts.gpus[0] if facts and facts.gpus else None
     passed = [n for n, v in verifies.items() if v.ok]
     final = verifies[passed[-1]] if passed else None
-    points = [p for p in (final.points if final else []) if p.status == "ok"]
+    sweep = final.measured(OFFLOAD_SWEEP) if final else None
+    points = sweep.measured if sweep else []
     full = max(points, key=lambda p: p.n_gpu_layers, default=None)
     none = next((p for p in points if p.n_gpu_layers == 0), None)
     wheel_build = builds.get(passed[-1]) if passed else None
-    model = final.model if final else {}
+    model_file = final.measured(MODEL_FILE) if final else None
+    model = model_file.description if model_file else {}
     return FleetRow(
         run_id=run.run_id,
         host=run.run_id.split("Z-", 1)[-1],
@@ -217,6 +221,9 @@ def overlay_series(run_dir: Path) -> OverlaySeries:
     from playbook.facts import Facts
     from playbook.steps.configure import BuildPlan
     from playbook.verify.step import VerifyResult
+    from playbook.verify.units.model_file import MODEL_FILE
+    from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
+    from playbook.verify.units.throughput import THROUGHPUT
 
     run = RunFolder(Path(run_dir))
     layout = run.layout
@@ -234,13 +241,16 @@ def overlay_series(run_dir: Path) -> OverlaySeries:
     gpu = best.name if best else ""
     if facts and plan:
         gpu = registry.unit(plan.backend).device(facts) or gpu
-    model_bytes = int(verify.model.get("file_size_bytes", 0))
-    limit = verify.tg_limit_tokens_per_s
+    model_file, throughput, sweep = (verify.measured(MODEL_FILE), verify.measured(THROUGHPUT),
+                                     verify.measured(OFFLOAD_SWEEP))
+    model = model_file.description if model_file else {}
+    model_bytes = int(model.get("file_size_bytes", 0))
+    limit = throughput.tg_limit_tokens_per_s if throughput else None
     if limit is None and best and model_bytes:  # runs verified before the limit was recorded
         bandwidth = gpu_bandwidth_gb_per_s(best.memory_bus_width_bits, best.memory_clock_max_mhz)
         limit = bandwidth * 1e9 / model_bytes if bandwidth else None
-    return OverlaySeries(run.run_id, str(plan.backend) if plan else "", gpu, str(verify.model.get("name", "")),
-                         model_bytes, limit, [p for p in verify.points if p.status == "ok"])
+    return OverlaySeries(run.run_id, str(plan.backend) if plan else "", gpu, str(model.get("name", "")),
+                         model_bytes, limit, sweep.measured if sweep else [])
 
 
 def write_overlay(run_dirs: list[Path], output_dir: str | Path) -> list[Path]:

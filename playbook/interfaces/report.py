@@ -33,7 +33,12 @@ from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
 from playbook.steps.repair import Diagnosis
+from playbook.verify.rpc_server import RpcOffload
 from playbook.verify.step import VerifyResult
+from playbook.verify.sweep import SweepPoint
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
+from playbook.verify.units.rpc_offload import RPC_OFFLOAD
+from playbook.verify.units.throughput import THROUGHPUT
 
 
 @dataclass
@@ -42,6 +47,23 @@ class Attempt:
     build: BuildResult
     verify: VerifyResult | None = None
     diagnosis: Diagnosis | None = None
+
+    @property
+    def points(self) -> list[SweepPoint]:
+        """Its verify's sweep points (none when verify or its sweep did not run)."""
+        sweep = self.verify.measured(OFFLOAD_SWEEP) if self.verify else None
+        return sweep.points if sweep else []
+
+    @property
+    def plot_files(self) -> list[str]:
+        """Its verify's throughput plot (PNG, SVG); none when nothing was measured."""
+        throughput = self.verify.measured(THROUGHPUT) if self.verify else None
+        return throughput.plot_files if throughput else []
+
+    @property
+    def rpc(self) -> RpcOffload | None:
+        """Its verify's offload through rpc-server (build.rpc)."""
+        return self.verify.measured(RPC_OFFLOAD) if self.verify else None
 
 
 @dataclass
@@ -74,7 +96,7 @@ class RunSummary:
 
     @property
     def rpc(self) -> Any:
-        return self.rpc_attempt.verify.rpc if self.rpc_attempt and self.rpc_attempt.verify else None
+        return self.rpc_attempt.rpc if self.rpc_attempt else None
 
     @property
     def toolkit(self) -> Any:
@@ -101,11 +123,11 @@ def read_summary(run_dir: Path) -> RunSummary:
             read_json(VerifyResult, layout.verify_result(number)) if layout.verify_result(number).is_file() else None,
             read_json(Diagnosis, layout.diagnosis(number)) if layout.diagnosis(number).is_file() else None))
     plans = layout.attempts("plan")
-    verified = [a for a in attempts if a.verify and a.verify.plot_files]
-    plot = layout.throughput_plots(verified[-1].attempt)[0].name if verified else ""
+    verified = [a for a in attempts if a.plot_files]
+    plot = verified[-1].plot_files[0] if verified else ""
     check = check_run(run.path, allow_missing=[f"{WHEELHOUSE}/*"])
-    through_rpc = [a for a in attempts if a.verify and a.verify.rpc and a.verify.rpc.plot_files]
-    rpc_png = layout.rpc_plots(through_rpc[-1].attempt)[0].name if through_rpc else ""
+    through_rpc = [a for a in attempts if a.rpc and a.rpc.plot_files]
+    rpc_png = through_rpc[-1].rpc.plot_files[0] if through_rpc and through_rpc[-1].rpc else ""
     return RunSummary(
         run_id=run.run_id,
         record=run.record(),
@@ -120,8 +142,8 @@ def read_summary(run_dir: Path) -> RunSummary:
         check_ok=check.ok,
         rpc_png=rpc_png if rpc_png and (run.path / rpc_png).is_file() else "",
         rpc_attempt=through_rpc[-1] if through_rpc else None,
-        tune_text=next((layout.tune_report(n).read_text(encoding="utf-8") for n in reversed(layout.attempts("tune"))
-                        if layout.tune_report(n).is_file()), ""),
+        tune_text=next((report.read_text(encoding="utf-8") for n in reversed(layout.attempts("tune"))
+                        if (report := layout.unit_files(n, "tune").beside(".md")).is_file()), ""),
     )
 
 
@@ -247,7 +269,7 @@ _TEMPLATES = {
 
 <h2>Throughput</h2>
 {% if plot %}<img alt="{{ s.plot_alt }}" src="data:image/png;base64,{{ plot }}">{% else %}<p>No plot: no verify sweep ran.</p>{% endif %}
-{% for a in s.attempts if a.verify %}{% for p in a.verify.points if p.ratio_note %}<p>attempt {{ a.attempt }}, n_gpu_layers={{ p.n_gpu_layers }} against llama-bench: {{ p.ratio_note }}</p>{% endfor %}{% endfor %}
+{% for a in s.attempts if a.verify %}{% for p in a.points if p.ratio_note %}<p>attempt {{ a.attempt }}, n_gpu_layers={{ p.n_gpu_layers }} against llama-bench: {{ p.ratio_note }}</p>{% endfor %}{% endfor %}
 {% if s.rpc %}<h2>RPC: local against layers sent to rpc-server</h2>
 {% for srv in s.rpc.servers %}<p>Server <code>{{ srv.address }}</code>: {{ srv.build.backend }} build
 <code>{{ srv.build.binary }}</code> (sha256 {{ srv.build.sha256 }}), <code>{{ srv.build.cmake_args | join(" ") }}</code>;

@@ -15,7 +15,9 @@ from playbook.knowledge.failures import Finding
 from playbook.steps.build import BuildResult, ccache_summary
 from playbook.steps.configure import BuildPlan
 from playbook.verify.step import VerifyResult
-from playbook.verify.sweep import plot_description
+from playbook.verify.sweep import SweepPoint, plot_description
+from playbook.verify.units.import_probe import IMPORT_PROBE
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 
 def machine_table(facts: Facts) -> pd.DataFrame:
@@ -94,14 +96,22 @@ def build_summary(result: BuildResult) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["what", "value"]).set_index("what")
 
 
+def sweep_points(result: VerifyResult) -> list[SweepPoint]:
+    """The offload sweep's points of a verify; none when the sweep did not run."""
+    sweep = result.measured(OFFLOAD_SWEEP)
+    return sweep.points if sweep else []
+
+
 def sweep_table(result: VerifyResult) -> pd.DataFrame:
-    return pd.DataFrame([vars(p) for p in result.points])
+    return pd.DataFrame([vars(p) for p in sweep_points(result)])
 
 
 def plot_alt(result: VerifyResult) -> str:
     """The throughput plot in words: its alternative text in the notebook and the report."""
-    offloads = result.probe.result is None or bool(result.probe.result.get("supports_gpu_offload"))
-    return plot_description(result.points, offloads)
+    probe = result.measured(IMPORT_PROBE)
+    outcome = probe.outcome.result if probe else None
+    offloads = outcome is None or bool(outcome.get("supports_gpu_offload"))
+    return plot_description(sweep_points(result), offloads)
 
 
 def throughput_plot(result: VerifyResult, png: Path):

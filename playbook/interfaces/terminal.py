@@ -110,11 +110,13 @@ class ConsoleReporter:
                             if progress.total else "configuring")
                     self.say(f"  {call.label}: {done}, {time.monotonic() - started:.0f} s")
         else:
+            from playbook.verify.units.offload_sweep import point_logs
+
             expected = expected_sweep_points(self.run)
             bar = tqdm(total=expected or None, desc="  measuring", unit="point", file=sys.stderr, leave=False,
                        disable=not self.terminal)
             while not self._stop.wait(POLL_S):
-                points = len(layout.bench_logs(call.attempt))
+                points = len(point_logs(layout, call.attempt))
                 if points != bar.n:
                     bar.n = points
                     bar.refresh()
@@ -190,6 +192,7 @@ def summary_lines(run: RunFolder, uploaded_to: str = "") -> list[str]:
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
     from playbook.verify.step import VerifyResult
+    from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
     record = run.record()
     layout = run.layout
@@ -226,7 +229,8 @@ def summary_lines(run: RunFolder, uploaded_to: str = "") -> list[str]:
             lines.append(f"repaired: {', '.join(plan.remedies_applied)} (attempt {attempt} built with "
                          f"{plan.cmake_args_string})")
         if verify is not None:
-            ok = [p for p in verify.points if p.status == "ok"]
+            sweep = verify.measured(OFFLOAD_SWEEP)
+            ok = sweep.measured if sweep else []
             if ok:
                 full = max(ok, key=lambda p: p.n_gpu_layers)
                 where = f"with {full.n_gpu_layers} layers on the GPU" if full.n_gpu_layers else "on the CPU"

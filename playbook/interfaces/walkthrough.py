@@ -144,7 +144,9 @@ def latest_progress(log_file: Path, tail_bytes: int = 64 * 1024) -> tuple[int, i
 
 
 def sweep_points_done(run: RunFolder, attempt: int) -> int:
-    return len(run.layout.bench_logs(attempt))
+    from playbook.verify.units.offload_sweep import point_logs
+
+    return len(point_logs(run.layout, attempt))
 
 
 def new_run(params_file: str, output_root: Path) -> RunFolder:
@@ -397,20 +399,23 @@ class Walkthrough:
 
     def _show_verify(self, run: RunFolder) -> None:
         from playbook.interfaces import tables as display
+        from playbook.verify.units.throughput import THROUGHPUT
 
         attempt = run.layout.latest_attempt("verify")
         if not attempt:
             self.sections["verify"].value, self.plot.layout.display = "", "none"
             return
         result = read_json(VerifyResult, run.layout.verify_result(attempt))
-        self.sweep_bar.max = self.sweep_bar.value = max(len(result.points), 1)
-        self.sweep_label.value = f"attempt {attempt}: {len(result.points)} layer counts measured"
+        points = display.sweep_points(result)
+        self.sweep_bar.max = self.sweep_bar.value = max(len(points), 1)
+        self.sweep_label.value = f"attempt {attempt}: {len(points)} layer counts measured"
         findings = table_html(display.findings_table(result.findings)) if result.findings else ""
         self.sections["verify"].value = (f"<p><b>{html.escape(result.summary)}</b></p>"
                                          + table_html(display.sweep_table(result).dropna(axis=1, how="all").round(2))
                                          + findings)
-        plot = run.layout.throughput_plots(attempt)[0]
-        if plot.is_file():
+        throughput = result.measured(THROUGHPUT)
+        plot = run.layout / throughput.plot_files[0] if throughput and throughput.plot_files else None
+        if plot is not None and plot.is_file():
             self.plot.value, self.plot.layout.display = plot.read_bytes(), None
 
 

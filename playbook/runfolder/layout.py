@@ -12,10 +12,10 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
     verify-logs/attempt-N/  throughput-attempt-N.csv/.png/.svg
     llama-bench-attempt-N.log  tune-attempt-N.json/.md  rpc-attempt-N.png/.svg  rpc-server-build-attempt-N.log
-    verify-logs/attempt-N/: install.log probe.log symbols.log cuobjdump.log logits-cpu.log logits-gpu.log
-                            bench-ngl-L.log server.log tune-ngl-L-NNN.log     each verify unit's children
-                            yardstick-pair-NN.log rpc-server.log rpc-logits-cpu.log rpc-logits-rpc.log
-                            rpc-bench-ngl-L.log
+    verify-logs/attempt-N/: install.log, then each verify unit's files under its namespace
+                            (Layout.unit_files): probe.log symbols.log cuobjdump.log logits-cpu.log
+                            bench-ngl-L.log server.log tune-ngl-L-NNN.log yardstick-pair-NN.log
+                            rpc-server.log rpc-logits-cpu.log rpc-bench-ngl-L.log ...
     history/NNN-<step>[-attempt-N]/                                  earlier executions, moved aside
     report/                                                          derived HTML (playbook report)
 """
@@ -74,9 +74,10 @@ WHEELHOUSE = "wheelhouse"
 VERIFY_LOGS = "verify-logs"
 
 # The step that writes each per-attempt file stem; plan-attempt-N (N > 1) is repair's, of attempt N-1.
+# Verify's units' files beside the notebooks, kept under the names they had; a new unit's go in verify-logs/attempt-N/.
+BESIDE_NOTEBOOKS = ("throughput", "llama-bench", "tune", "rpc", "rpc-server-build")
 STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
-              "throughput": Step.VERIFY, "llama-bench": Step.VERIFY, "tune": Step.VERIFY,
-              "rpc": Step.VERIFY, "rpc-server-build": Step.VERIFY}
+              **{stem: Step.VERIFY for stem in BESIDE_NOTEBOOKS}}
 FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY}
 # Copies of the newest attempt's facts that playbooks before the run-folder layout wrote; read, never written.
 LEGACY_LATEST = {"plan.json": Step.CONFIGURE, "build.json": Step.BUILD, "diagnosis.json": Step.REPAIR,
@@ -188,85 +189,15 @@ class Layout:
     def verify_logs(self, attempt: int) -> Path:
         return self.root / VERIFY_LOGS / f"attempt-{attempt}"
 
-    # ---- verify's units: each child's log in verify-logs/attempt-N/, and the files beside it
+    # ---- verify's units: each unit's files under its namespace (verify-logs/attempt-N/<namespace>-*.log)
     def install_log(self, attempt: int) -> Path:
-        """pip's output installing the wheel alone."""
+        """pip's output installing the wheel alone (verify's own, before any unit)."""
         return self.verify_logs(attempt) / "install.log"
 
-    def probe_log(self, attempt: int) -> Path:
-        """The import probe's child (and the playbook's own lines about what it imported)."""
-        return self.verify_logs(attempt) / "probe.log"
-
-    def symbols_log(self, attempt: int) -> Path:
-        """The child that imports verify.required_symbols."""
-        return self.verify_logs(attempt) / "symbols.log"
-
-    def machine_code_log(self, attempt: int, tool: str) -> Path:
-        """The machine-code listing's tool output (``cuobjdump`` for a CUDA wheel)."""
-        return self.verify_logs(attempt) / f"{tool}.log"
-
-    def logits_log(self, attempt: int, side: str) -> Path:
-        """One side (``cpu`` or ``gpu``) of the GPU/CPU logits agreement."""
-        return self.verify_logs(attempt) / f"logits-{side}.log"
-
-    def bench_log(self, attempt: int, n_gpu_layers: int) -> Path:
-        """One sweep point's child log."""
-        return self.verify_logs(attempt) / f"bench-ngl-{n_gpu_layers}.log"
-
-    def bench_logs(self, attempt: int) -> list[Path]:
-        """The sweep points measured so far (or being measured) in an attempt."""
-        return sorted(self.verify_logs(attempt).glob("bench-ngl-*.log"))
-
-    def server_log(self, attempt: int) -> Path:
-        """``python -m llama_cpp.server``'s output (the server extra's check)."""
-        return self.verify_logs(attempt) / "server.log"
-
-    def yardstick_pair_log(self, attempt: int, pair: int) -> Path:
-        """The binding's child of one pair of the llama-bench yardstick (every layer count in one process)."""
-        return self.verify_logs(attempt) / f"yardstick-pair-{pair:02d}.log"
-
-    def tune_trial_log(self, attempt: int, n_gpu_layers: int, trial: int) -> Path:
-        """One verify.tune trial's child log, numbered in the order the search ran them."""
-        return self.verify_logs(attempt) / f"tune-ngl-{n_gpu_layers}-{trial:03d}.log"
-
-    def throughput_csv(self, attempt: int) -> Path:
-        """The sweep's table: one row per layer count, with llama-bench's numbers and the settings."""
-        return self._attempt_file("throughput", attempt, ".csv")
-
-    def throughput_plots(self, attempt: int) -> list[Path]:
-        """The sweep's plot: PNG first (what notebooks and the report show), then SVG."""
-        return [self._attempt_file("throughput", attempt, suffix) for suffix in (".png", ".svg")]
-
-    def llama_bench_log(self, attempt: int) -> Path:
-        return self._attempt_file("llama-bench", attempt, ".log")
-
-    def rpc_server_build_log(self, attempt: int) -> Path:
-        """rpc-server's CMake configure and build, from the wheel's own tree (build.rpc)."""
-        return self._attempt_file("rpc-server-build", attempt, ".log")
-
-    def rpc_server_log(self, attempt: int) -> Path:
-        """The rpc-server verify started on 127.0.0.1: what it printed (its devices, its endpoint)."""
-        return self.verify_logs(attempt) / "rpc-server.log"
-
-    def rpc_logits_log(self, attempt: int, side: str) -> Path:
-        """One side (``cpu`` or ``rpc``) of the logits agreement through the RPC server."""
-        return self.verify_logs(attempt) / f"rpc-logits-{side}.log"
-
-    def rpc_bench_log(self, attempt: int, n_gpu_layers: int) -> Path:
-        """One point of the sweep by layers sent to the RPC server."""
-        return self.verify_logs(attempt) / f"rpc-bench-ngl-{n_gpu_layers}.log"
-
-    def rpc_plots(self, attempt: int) -> list[Path]:
-        """Local against RPC throughput by layers: PNG first (the report shows it), then SVG."""
-        return [self._attempt_file("rpc", attempt, suffix) for suffix in (".png", ".svg")]
-
-    def tune_result(self, attempt: int) -> Path:
-        """verify.tune's result."""
-        return self._attempt_file("tune", attempt, ".json")
-
-    def tune_report(self, attempt: int) -> Path:
-        """verify.tune's report, in Markdown."""
-        return self._attempt_file("tune", attempt, ".md")
+    def unit_files(self, attempt: int, namespace: str) -> UnitFiles:
+        """The files of a verify unit in ``attempt``, named under ``namespace`` (``bench``, ``yardstick``, ``tune``):
+        a unit asks here for every name it writes, so a new unit adds no method to this module."""
+        return UnitFiles(self, attempt, namespace)
 
     def attempts(self, stem: str) -> list[int]:
         """The attempt numbers of ``<stem>-attempt-N.json`` in the folder, in order."""
@@ -279,6 +210,44 @@ class Layout:
 
     def _attempt_file(self, stem: str, attempt: int, suffix: str) -> Path:
         return self.root / f"{stem}-attempt-{attempt}{suffix}"
+
+
+@dataclass(frozen=True)
+class UnitFiles:
+    """One verify unit's files in one attempt: ``<namespace>[-part].log`` and ``<namespace>-<name>`` in
+    ``verify-logs/attempt-N/``; and, for the namespaces in :data:`BESIDE_NOTEBOOKS` only, the older names beside the
+    notebooks (``throughput-attempt-N.csv``). A new unit writes into ``verify-logs/attempt-N/``: that folder is
+    verify's, so history and the chain know the files' owner without a line here."""
+
+    layout: Layout
+    attempt: int
+    namespace: str
+
+    @property
+    def folder(self) -> Path:
+        """``verify-logs/attempt-N/``, where every unit's children log."""
+        return self.layout.verify_logs(self.attempt)
+
+    def log(self, part: str = "") -> Path:
+        """``<namespace>.log``, or ``<namespace>-<part>.log`` (``bench-ngl-17.log``)."""
+        return self.folder / f"{self.namespace}{'-' + part if part else ''}.log"
+
+    def file(self, name: str) -> Path:
+        """``<namespace>-<name>``, any other file of the unit (``size-wheel.json``)."""
+        return self.folder / f"{self.namespace}-{name}"
+
+    def logs(self, pattern: str = "*") -> list[Path]:
+        """The unit's logs written so far whose part matches ``pattern`` (``ngl-*``), by name."""
+        return sorted(self.folder.glob(f"{self.namespace}-{pattern}.log"))
+
+    def beside(self, suffix: str, part: str = "") -> Path:
+        """``<namespace>[-part]-attempt-N<suffix>`` in the run folder, beside the notebooks: the names verify's
+        first units kept there (the throughput table and plot, tune's report); no new namespace may."""
+        stem = f"{self.namespace}{'-' + part if part else ''}"
+        if stem not in BESIDE_NOTEBOOKS:
+            raise ValueError(f"{stem}-attempt-N{suffix}: a verify unit's new files go in {VERIFY_LOGS}/attempt-N/ "
+                             f"(unit_files(...).file or .log), not beside the notebooks")
+        return self.layout.root / f"{stem}-attempt-{self.attempt}{suffix}"
 
 
 def owner_of(relative: Path | str) -> Owner | None:

@@ -4,13 +4,13 @@ Modelled on papermill's engines: a unit is a class with a ``name`` that :class:`
 order, and verify runs every registered unit in turn. A unit takes the :class:`VerifyContext` (the
 installed wheel, the model, the settings, the plan's expectations, and the results of the units before
 it) and returns a :class:`Measured`: its typed value, its findings, the run-folder files it wrote
-(named by :class:`~playbook.runfolder.layout.Layout`), and, when nothing after it can run, why.
-``record`` puts the value where ``verify-attempt-N.json`` keeps it.
+(named under its namespace by :meth:`VerifyContext.files`), and, when nothing after it can run, why.
+Its value goes into ``verify-attempt-N.json``'s ``measurements`` under its name, and comes back as its
+``value_type`` through :meth:`~playbook.verify.result.VerifyResult.measured`.
 
 Adding a measurement: one module under ``playbook/verify/units/`` with one class, and one
-``REGISTRY.register(...)`` line in ``playbook/verify/units/__init__.py`` at the place in the order
-where the values it reads exist. Its files get a method in ``runfolder/layout.py``; its value a field of
-:class:`~playbook.verify.result.VerifyResult`.
+``registry.register(...)`` line in ``playbook/verify/units/__init__.py`` at the place in the order
+where the values it reads exist. Nothing else: neither the result nor the layout has a line per unit.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from playbook.backends.rpc import RpcPlan
 from playbook.errors import PlaybookError
 from playbook.knowledge.failures import Finding
 from playbook.params import Params
-from playbook.runfolder.layout import Layout
+from playbook.runfolder.layout import Layout, UnitFiles
 from playbook.verify.result import UnitRecord, VerifyResult
 from playbook.verify.rpc_server import RpcServerBuild
 from playbook.verify.settings import BenchSettings
@@ -170,6 +170,10 @@ class VerifyContext:
     def timeout_s(self) -> float:
         return float(self.params.verify.timeout_s)
 
+    def files(self, namespace: str) -> UnitFiles:
+        """The run-folder names of a unit's files in this attempt, under ``namespace``."""
+        return self.layout.unit_files(self.attempt, namespace)
+
     def value(self, unit: Measurement[T]) -> T | None:
         """The value of a unit that ran before; None when it did not run or made none."""
         measured = self.results.get(unit.name)
@@ -187,7 +191,9 @@ class Measurement(Protocol[T]):
     """One unit of verify."""
 
     name: str
-    """Its key in the registry and in the verify result's ``units``."""
+    """Its key in the registry, in the verify result's ``units`` and in its ``measurements``."""
+    value_type: type[T]
+    """The type of its value (a dataclass): what ``verify-attempt-N.json`` is read back as."""
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         """Why it does not run here ("" when it does): verify.tune is false, no GPU to compare with."""
@@ -195,10 +201,6 @@ class Measurement(Protocol[T]):
 
     def measure(self, ctx: VerifyContext) -> Measured[T]:
         """Run it; a crash or a hang of its children is a finding, never an exception."""
-        ...
-
-    def record(self, value: T, result: VerifyResult) -> None:
-        """Put its value where ``verify-attempt-N.json`` keeps it."""
         ...
 
 
@@ -237,7 +239,7 @@ def run_units(units: Registry, ctx: VerifyContext, result: VerifyResult) -> str:
         measured = unit.measure(ctx)
         ctx.results[unit.name] = measured
         if measured.value is not None:
-            unit.record(measured.value, result)
+            result.record(unit, measured.value)
         result.units.append(UnitRecord(
             unit.name, "stopped verify" if measured.stop else "measured", measured.stop,
             [f.id for f in measured.findings], [ctx.layout.in_run(f) for f in measured.files if f.exists()],

@@ -1,24 +1,35 @@
-"""What verify leaves in ``verify-attempt-N.json``: every unit's value in a field of its own, and a
-record per unit (measured, skipped and why, or where verify stopped) with its findings and files."""
+"""What verify leaves in ``verify-attempt-N.json``: what is verify's own (the verdict, the wheel, the findings,
+the settings every unit shared), a record per unit (measured, skipped and why, or where verify stopped) with its
+findings and files, and ``measurements``: each unit's value by the unit's name, of the type the unit declares.
+
+A reader asks for a unit's value through the unit, ``result.measured(OFFLOAD_SWEEP)``, and gets the unit's own
+dataclass (or None when it did not run). This module names no unit: a new measurement adds nothing here.
+
+Files written before the mapping (every unit's value in a field of its own: ``probe``, ``points``, ``rpc`` ...)
+are read through :meth:`VerifyResult.upgrade_json`, the one converter from that flat shape to this one.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from playbook.knowledge.failures import Finding
-from playbook.toolkits.cxx_runtime import RuntimeCopies
-from playbook.verify.agreement import Agreement
-from playbook.verify.backend_libraries import LibraryCheck
-from playbook.verify.cuda_elf import CudaElf
-from playbook.verify.hip_bundles import HipBundles
-from playbook.verify.launcher import ChildOutcome
-from playbook.verify.rpc_server import RpcOffload
-from playbook.verify.server_check import ServerCheck
+from playbook.serialization import as_type
+from playbook.verify.flat_result import flat_to_mapping
 from playbook.verify.settings import BenchSettings
-from playbook.verify.sweep import SweepPoint
-from playbook.verify.tune import TuneResult
-from playbook.verify.yardsticks import LlamaBench
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Unit(Protocol[T_co]):
+    """What names a unit's value: its name (the key in ``measurements``) and its value's type."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value_type(self) -> type[T_co]: ...
 
 
 @dataclass
@@ -44,40 +55,47 @@ class UnitRecord:
 @dataclass
 class VerifyResult:
     ok: bool
+    """Every unit had its turn, the sweep measured, nothing was found and every check passed."""
     wheel: str
+    """The wheel's file name."""
     site_dir: str
-    probe: ChildOutcome
-    model_path: str
-    model: dict[str, Any]
-    threads: int
-    layer_counts: list[int]
-    points: list[SweepPoint] = field(default_factory=list)
-    agreement: Agreement | None = None
+    """Where it was installed alone (first on every child's path)."""
+    threads: int = 0
+    """The threads every throughput measurement ran with."""
+    settings: BenchSettings | None = None
+    """Every throughput measurement's runtime settings (llama-bench got the same)."""
     findings: list[Finding] = field(default_factory=list)
-    csv_file: str = ""
-    plot_files: list[str] = field(default_factory=list)
+    """What verify found wrong, most specific first."""
     summary: str = ""
-    llama_bench: LlamaBench | None = None
-    gpu_bandwidth_gb_per_s: float | None = None
-    tg_limit_tokens_per_s: float | None = None  # bandwidth / model bytes: no decoder can beat it
-    library_file: str | None = None  # the llama.cpp library the binding loaded (llama_cpp.llama_cpp._lib)
-    runtime_env: dict[str, str] = field(default_factory=dict)  # the plan's variables every child got
-    dll_directories: list[str] = field(default_factory=list)  # passed to child.py (os.add_dll_directory)
-    extras: list[str] = field(default_factory=list)  # installed with the wheel: llama-cpp-python[extras]
-    server: ServerCheck | None = None  # python -m llama_cpp.server, when the plan has the server extra
-    settings: BenchSettings | None = None  # every throughput measurement's, llama-bench's too
-    tune: TuneResult | None = None  # verify.tune's search, when verify.tune is true
-    # A CUDA wheel: the architectures its ggml-cuda library holds machine code for (cuobjdump --list-elf).
-    cuda_elf: CudaElf | None = None
-    # A HIP wheel: the gfx targets its ggml-hip library holds code objects for (its .hip_fatbin bundles).
-    hip_bundles: HipBundles | None = None
-    # The wheel's libraries that carry their own copy of the C++ runtime (two or more: a finding).
-    cxx_runtime: RuntimeCopies | None = None
-    # Why only the build and its machine code were checked: the wheel cannot load on this machine ("" otherwise).
+    """One sentence: the units' summaries and notes, or why verify stopped."""
     compiled_only: str = ""
-    # Why the GPU checks (logits agreement, offloaded layers) did not run; "" when they did.
-    gpu_skipped: str = ""
-    units: list[UnitRecord] = field(default_factory=list)  # each unit's turn, in the order they ran
-    # The backend's own ggml libraries (ggml-blas, ggml-rpc): in the wheel, loaded, used.
-    backend_libraries: list[LibraryCheck] = field(default_factory=list)
-    rpc: RpcOffload | None = None  # build.rpc: the servers, logits and throughput through rpc-server
+    """Why only the build and its machine code were checked: the wheel cannot load here ("" otherwise)."""
+    runtime_env: dict[str, str] = field(default_factory=dict)
+    """The plan's variables every child got."""
+    dll_directories: list[str] = field(default_factory=list)
+    """Passed to every child (os.add_dll_directory, Windows)."""
+    extras: list[str] = field(default_factory=list)
+    """Installed with the wheel: llama-cpp-python[extras]."""
+    units: list[UnitRecord] = field(default_factory=list)
+    """Each unit's turn, in the order they ran."""
+    measurements: dict[str, Any] = field(default_factory=dict)
+    """Each unit's value by its name; typed by the unit when read through :meth:`measured`."""
+
+    def measured(self, unit: Unit[T_co]) -> T_co | None:
+        """``unit``'s value, as its own type; None when it did not run or made none."""
+        value = self.measurements.get(unit.name)
+        if value is None:
+            return None
+        typed = as_type(unit.value_type, value)
+        self.measurements[unit.name] = typed
+        return typed
+
+    def record(self, unit: Unit[Any], value: Any) -> None:
+        """Keep ``unit``'s value under its name."""
+        self.measurements[unit.name] = value
+
+    @classmethod
+    def upgrade_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A verify-attempt-N.json of either shape as this one: a file from before the mapping (no
+        ``measurements``) has its units' fields moved under their units' names; a current one is kept as it is."""
+        return data if "measurements" in data else flat_to_mapping(data)

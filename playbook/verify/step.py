@@ -19,7 +19,7 @@ from playbook.knowledge.failures import finding_for, most_specific_first
 from playbook.params import Params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
-from playbook.verify.launcher import ChildOutcome, install_wheel, plan_child_env
+from playbook.verify.launcher import install_wheel, plan_child_env
 from playbook.verify.measurement import (
     InstalledWheel,
     Registry,
@@ -33,7 +33,8 @@ from playbook.verify.measurement import (
 from playbook.verify.result import VerifyResult
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import default_threads
-from playbook.verify.units.import_probe import COMPILED_ONLY
+from playbook.verify.units.import_probe import COMPILED_ONLY, IMPORT_PROBE
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 # Plan warnings that say the wheel cannot load on the machine that built it: verify checks its machine code only.
 COMPILED_ONLY_WARNINGS = ("rocm-needs-newer-glibc",)
@@ -51,8 +52,7 @@ def run_verify(request: VerifyRequest, log: Callable[[str], None] = print,
     request.layout.verify_logs(request.attempt).mkdir(parents=True, exist_ok=True)
     wheel = install(request, log)
     settings = bench_settings(request.params)
-    not_run = ChildOutcome("not run", None, 0.0, "")
-    result = VerifyResult(False, request.wheel.name, str(wheel.site_dir), not_run, "", {}, settings.threads, [],
+    result = VerifyResult(False, request.wheel.name, str(wheel.site_dir), settings.threads, settings,
                           runtime_env=dict(request.target.runtime_env),
                           dll_directories=list(request.target.dll_directories), extras=list(request.target.extras))
     ctx = VerifyContext(request, wheel, settings, log)
@@ -63,7 +63,8 @@ def run_verify(request: VerifyRequest, log: Callable[[str], None] = print,
     result.findings = most_specific_first(installing + [f for m in measured for f in m.findings])
     sentences = [m.summary for m in measured if m.summary] + [m.note for m in measured if m.note]
     result.summary = stopped or "; ".join(sentences)
-    result.ok = (not stopped and bool(result.points) and any(p.status == "ok" for p in result.points)
+    sweep = result.measured(OFFLOAD_SWEEP)
+    result.ok = (not stopped and sweep is not None and bool(sweep.measured)
                  and not result.findings and all(m.passed for m in measured))
     if stopped.startswith(COMPILED_ONLY):
         # Nothing ran, but what can be checked without loading the wheel (its machine code) passed or failed.
@@ -103,9 +104,11 @@ def bench_settings(params: Params) -> BenchSettings:
 def verify_outcome(result: VerifyResult) -> Outcome:
     if result.ok:
         return Outcome.OK
-    if result.probe.status == "crash" or any(p.status == "crash" for p in result.points):
+    probe, sweep = result.measured(IMPORT_PROBE), result.measured(OFFLOAD_SWEEP)
+    statuses = {probe.outcome.status if probe else "not run", *(p.status for p in (sweep.points if sweep else []))}
+    if "crash" in statuses:
         return Outcome.CRASHED
-    if result.probe.status == "hang" or any(p.status == "hang" for p in result.points):
+    if "hang" in statuses:
         return Outcome.TIMED_OUT
     return Outcome.FAILED
 
@@ -170,7 +173,7 @@ def llama_bench_yardstick(run: RunFolder, build: Any, plan: Any) -> Yardstick:
         return measure_with_llama_bench(
             tree, plan.cmake_args, {**os.environ, **plan.build_env()}, params.cache_dir, build.fingerprint, model,
             layer_counts, settings, params.verify.prompt_tokens, params.verify.gen_tokens, params.verify.repetitions,
-            run.layout.llama_bench_log(build.attempt), params.verify.timeout_s, getattr(plan, "ccache_remote", ""))
+            run.layout.unit_files(build.attempt, "llama-bench").beside(".log"), params.verify.timeout_s, getattr(plan, "ccache_remote", ""))
 
     return measure
 

@@ -23,7 +23,7 @@ NBCONVERT_NO_ALT = "No description has been provided for this image"  # nbconver
 def _plot_cell_outputs(result: VerifyResult, run: RunFolder) -> list:
     """Run the verify notebook's plot cell as written, its display() calls captured as notebook outputs."""
     notebook = json.loads((ROOT / "notebooks" / "verify.ipynb").read_text())
-    [cell] = ["".join(c["source"]) for c in notebook["cells"] if "result.plot_files" in "".join(c["source"])]
+    [cell] = ["".join(c["source"]) for c in notebook["cells"] if "throughput.plot_files" in "".join(c["source"])]
     outputs = []
 
     def display(obj):

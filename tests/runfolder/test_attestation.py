@@ -23,6 +23,7 @@ from playbook.steps.configure import configure
 from playbook.steps.source import SourceInfo
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.step import VerifyResult
+from playbook.verify.units.import_probe import IMPORT_PROBE, ImportProbe
 
 REFERENCE = Path(__file__).resolve().parents[2] / "outputs" / "reference"
 REFERENCE_RUNS = sorted(p for p in REFERENCE.glob("2026*") if (p / "run.json").is_file())
@@ -43,8 +44,9 @@ def finished_run(tmp_path: Path) -> RunFolder:
     write_json(facts, run.layout.detect_facts)
     write_json(configure(facts, run.params()), run.layout.plan(1))
     probe = ChildOutcome("ok", 0, 0.5, "verify-logs/attempt-1/probe.log", result={"version": "0.3.36"})
-    write_json(VerifyResult(ok=True, wheel=str(wheel), site_dir="", probe=probe, model_path="tiny.gguf", model={},
-                            threads=2, layer_counts=[0], summary="fine"), run.layout.verify_result(1))
+    verify = VerifyResult(ok=True, wheel=str(wheel), site_dir="", threads=2, summary="fine")
+    verify.record(IMPORT_PROBE, ImportProbe(probe))
+    write_json(verify, run.layout.verify_result(1))
     (run.path / "build-attempt-1.log").write_text("[1/1] done\n")
     (run.path / "01-detect.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n')
     record = run.record()

@@ -28,6 +28,8 @@ from playbook.verify.result import VerifyResult
 from playbook.verify.settings import BenchSettings
 from playbook.verify.units.cxx_runtime import CXX_RUNTIME
 from playbook.verify.units.import_probe import IMPORT_PROBE, ImportProbe
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
+from playbook.verify.units.rpc_offload import RPC_OFFLOAD
 
 pytestmark = pytest.mark.skipif(not (shutil.which("g++") and shutil.which("readelf")), reason="needs g++ and readelf")
 
@@ -147,9 +149,9 @@ def test_the_archived_check_shows_the_copied_runtime_crashing_and_the_shared_one
 def test_the_gpu_rpc_run_was_named_repaired_and_then_ran():
     first = read_json(VerifyResult, RPC_GPU / "verify-attempt-1.json")
     second = read_json(VerifyResult, RPC_GPU / "verify-attempt-2.json")
-    assert [f.id for f in first.findings] == ["cxx-runtime-copies"] and first.cxx_runtime.libraries == ["libggml-rpc.so"]
-    assert first.points == [] and first.rpc is None  # stopped before any child loaded the model
+    assert [f.id for f in first.findings] == ["cxx-runtime-copies"] and first.measured(CXX_RUNTIME).libraries == ["libggml-rpc.so"]
+    assert first.measured(OFFLOAD_SWEEP) is None and first.measured(RPC_OFFLOAD) is None  # stopped before any child loaded the model
     plan = read_json(BuildPlan, RPC_GPU / "plan-attempt-2.json")
     assert plan.remedies_applied == ["cxx-runtime-copies"] and "-DCMAKE_CXX_COMPILER=/usr/bin/c++" in plan.cmake_args
-    assert second.ok and second.cxx_runtime.libraries == [] and second.rpc.agreement.ok
-    assert all(p.status == "ok" for p in second.rpc.points)
+    assert second.ok and second.measured(CXX_RUNTIME).libraries == [] and second.measured(RPC_OFFLOAD).agreement.ok
+    assert all(p.status == "ok" for p in second.measured(RPC_OFFLOAD).points)

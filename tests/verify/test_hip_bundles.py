@@ -23,6 +23,7 @@ from playbook.verify.hip_bundles import expected_targets, gfx_of, list_objects, 
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.step import VerifyRequest, VerifyTarget
 from playbook.verify.units import import_probe
+from playbook.verify.units.machine_code import MACHINE_CODE
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "hip"
 OBJECT = DATA / "arange.cu.o"
@@ -98,8 +99,9 @@ def test_a_hip_wheel_that_cannot_load_here_is_compiled_only_with_its_machine_cod
     assert result.ok and result.findings == [] and children == ["probe"]  # nothing after the probe ran
     assert result.compiled_only.startswith("ROCm's libamdhip64 needs glibc 2.38")
     assert result.summary.startswith("compiled only: ") and "machine code for gfx1030, gfx1100" in result.summary
-    assert result.hip_bundles is not None and result.hip_bundles.architectures == ["gfx1030", "gfx1100"]
-    listing = Layout(tmp_path / "run").machine_code_log(1, "hip-fatbin").read_text()
+    listing = result.measured(MACHINE_CODE)
+    assert listing is not None and listing.listing.architectures == ["gfx1030", "gfx1100"]
+    listing = Layout(tmp_path / "run").unit_files(1, "hip-fatbin").log().read_text()
     assert "hipv4-amdgcn-amd-amdhsa--gfx1100" in listing
 
 

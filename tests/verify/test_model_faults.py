@@ -12,6 +12,7 @@ from playbook.params import load_params
 from playbook.resources import params_dir
 from playbook.runfolder.layout import Layout
 from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 
 def verify_with(model: Path, cpu_wheel: Path, tmp_path: Path):
@@ -47,6 +48,6 @@ def test_a_gguf_of_an_unknown_architecture_is_named_by_llama_cpps_loader(cpu_whe
     result = verify_with(model, cpu_wheel, tmp_path)
     assert not result.ok
     assert "model-unreadable" in [f.id for f in result.findings], result.findings
-    assert [p.status for p in result.points] == ["error"]  # the sweep ran its point and recorded it
+    assert [p.status for p in result.measured(OFFLOAD_SWEEP).points] == ["error"]  # the sweep ran its point and recorded it
     log = (Layout(tmp_path / "run").verify_logs(1) / "bench-ngl-0.log").read_text()
     assert "unknown model architecture" in log

@@ -24,6 +24,9 @@ from playbook.verify.cuda_elf import CudaElf
 from playbook.verify.launcher import ChildOutcome
 from playbook.verify.step import VerifyRequest, VerifyTarget
 from playbook.verify.units import machine_code, model_file, offload_sweep
+from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
+from playbook.verify.units.import_probe import IMPORT_PROBE
+from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 BENCH = {"pp": {"tokens_per_s_median": 100.0, "tokens_per_s_stdev": 1.0},
          "tg": {"tokens_per_s_median": 10.0, "tokens_per_s_stdev": 0.1}, "load_s": 0.1}
@@ -81,7 +84,7 @@ def stand_ins(monkeypatch, tmp_path):
 
 def verify(tmp_path, elf: CudaElf, monkeypatch):
     cuda = machine_code.LISTERS["cuda"]
-    monkeypatch.setitem(machine_code.LISTERS, "cuda", machine_code.Lister(cuda.tool, lambda *a, **k: elf, cuda.record))
+    monkeypatch.setitem(machine_code.LISTERS, "cuda", machine_code.Lister(cuda.tool, lambda *a, **k: elf, cuda.value_type))
     wheel = stand_in_wheel(tmp_path)
     target = VerifyTarget(expect_gpu=True, gpu_present=False, backend="cuda", gpu_targets="86;120", toolkit="/toolkit")
     # The symbols child looks the binding's function up in the installed wheel, for real.
@@ -96,12 +99,12 @@ def test_a_cuda_wheel_without_a_gpu_is_checked_on_the_cpu_and_by_its_machine_cod
                   expected=["sm_86", "sm_120"])
     result = verify(tmp_path, elf, monkeypatch)
     assert result.ok, result.findings
-    assert result.layer_counts == [0] and [c[0] for c in stand_ins] == ["bench"]
+    assert result.measured(OFFLOAD_SWEEP).layer_counts == [0] and [c[0] for c in stand_ins] == ["bench"]
     layout = Layout(tmp_path / "run")
-    probe_log = layout.probe_log(1).read_text()  # the real child's stderr: the binding's own no-device line
+    probe_log = layout.unit_files(1, "probe").log().read_text()  # the real child's stderr: the binding's own no-device line
     assert NO_DEVICE in probe_log and "PLAYBOOK_RESULT" in probe_log
-    assert 'PLAYBOOK_RESULT {"missing": {}}' in layout.symbols_log(1).read_text()  # the symbols child ran
-    assert "no NVIDIA GPU on this machine" in result.gpu_skipped and result.agreement is None
+    assert 'PLAYBOOK_RESULT {"missing": {}}' in layout.unit_files(1, "symbols").log().read_text()  # the symbols child ran
+    assert "no NVIDIA GPU on this machine" in result.measured(IMPORT_PROBE).gpu_skipped and result.measured(GPU_CPU_AGREEMENT) is None
     assert "machine code for sm_86, sm_120a" in result.summary and "GPU checks skipped" in result.summary
 
 
@@ -109,4 +112,4 @@ def test_a_wheel_without_ggml_cuda_is_still_called_cpu_only(stand_ins, tmp_path,
     (tmp_path / "run").mkdir()
     result = verify(tmp_path, CudaElf(error="no ggml-cuda library under /site", expected=["sm_86"]), monkeypatch)
     assert not result.ok and "cpu-only-build" in [f.id for f in result.findings]
-    assert not result.gpu_skipped
+    assert not result.measured(IMPORT_PROBE).gpu_skipped

@@ -17,7 +17,7 @@ from playbook.params import PARAMS_DIR, load_params
 from playbook.runfolder.layout import Layout
 from playbook.verify.launcher import CHILD_SCRIPT, child_env, install_wheel, plan_child_env, run_child
 from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
-from playbook.verify.units.import_probe import prebuilt_lib_findings
+from playbook.verify.units.import_probe import IMPORT_PROBE, prebuilt_lib_findings
 
 # A stand-in binding: what ``os.add_dll_directory`` was called with by the time it was imported.
 FAKE_LLAMA_CPP = """
@@ -137,7 +137,7 @@ def test_prebuilt_library_in_another_folder_is_the_one_loaded(tmp_path, cpu_whee
     target = VerifyTarget(expect_gpu=False, runtime_env={"LLAMA_CPP_LIB_PATH": str(prebuilt)})
     request = VerifyRequest(Layout(tmp_path / "run"), cpu_wheel, params, target, tmp_path, tmp_path / "cache")
     result = run_verify(request, log=lambda _: None)
-    assert result.library_file == str(prebuilt / "libllama.so")
+    assert result.measured(IMPORT_PROBE).library_file == str(prebuilt / "libllama.so")
     assert result.runtime_env == {"LLAMA_CPP_LIB_PATH": str(prebuilt)}
     assert result.ok, result.findings
     assert "prebuilt-lib-not-used" not in [f.id for f in result.findings]

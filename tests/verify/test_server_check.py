@@ -14,7 +14,7 @@ from playbook.runfolder.layout import Layout
 from playbook.verify.launcher import child_env
 from playbook.verify.server_check import check_server
 from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
-from playbook.verify.units.server import server_failed
+from playbook.verify.units.server import SERVER, server_failed
 
 # Answers as llama_cpp.server does, on the standard library's HTTP server.
 FAKE_SERVER = """
@@ -103,9 +103,9 @@ def test_server_extra_is_installed_and_answers_a_completion(tmp_path, cpu_wheel,
                                       tmp_path, tmp_path / "cache"), log=print)
     install_log = layout.install_log(1).read_text()
     assert result.extras == ["server"] and (Path(result.site_dir) / "fastapi").is_dir(), install_log[-2000:]
-    server = result.server
+    server = result.measured(SERVER)
     assert server is not None and server.ok, (server, result.findings)
     assert server.http_status == 200 and server.text_length is not None and server.latency_s > 0
     assert server.n_gpu_layers == 0  # a CPU-only wheel
     assert result.ok, result.findings
-    assert layout.server_log(1).is_file()
+    assert layout.unit_files(1, "server").log().is_file()

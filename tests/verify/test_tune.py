@@ -259,6 +259,7 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
     from playbook.params import PARAMS_DIR, load_params
     from playbook.runfolder.layout import Layout
     from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
+    from playbook.verify.units.runtime_tune import TUNE
 
     params = load_params(PARAMS_DIR / "cpu.yaml", [
         f"model.path={tiny_f16_model}", "model.quant=F16", "verify.tune=true", "verify.tune_depths=[0, 32]",
@@ -266,8 +267,9 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
     layout = Layout(tmp_path / "run")
     result = run_verify(VerifyRequest(layout, cpu_wheel, params, VerifyTarget(expect_gpu=False), tmp_path,
                                       tmp_path / "cache"), log=lambda line: None)
-    assert result.tune is not None, result.summary
-    (target,) = result.tune.targets
+    tuned = result.measured(TUNE)
+    assert tuned is not None, result.summary
+    (target,) = tuned.targets
     assert target.n_gpu_layers == 0 and not target.error
     assert all(t.status == "ok" for t in target.trials), [(t.label, t.status) for t in target.trials]
     assert {t.label.split(" (on the")[0] for t in target.trials} >= {"defaults (Llama())", "flash_attn=on", "threads=1"}
@@ -275,7 +277,7 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
         assert recommendation.kept_defaults or {(r.depth, r.test) for r in recommendation.gains} == {
             (0, recommendation.workload), (32, recommendation.workload)}
     assert [r.workload for r in target.recommendations] == ["pp", "tg"]
-    report = layout.tune_report(1).read_text()
+    report = layout.unit_files(1, "tune").beside(".md").read_text()
     assert "## n_gpu_layers=0: no GPU offload" in report
     # a line to paste for each workload whose tuned settings were confirmed; where the side-by-side remeasurement
     # found them slower (on two shared cores that happens), the defaults stay and the report says why instead
@@ -283,11 +285,11 @@ def test_tuning_a_real_wheel_on_cpu(tmp_path, cpu_wheel, tiny_f16_model):
         assert (recommendation.kept_defaults in report) if recommendation.kept_defaults else (
             f"n_gpu_layers=0, n_threads={recommendation.settings.threads}" in report)
     assert ("llm = llama_cpp.Llama(" in report) == any(not r.kept_defaults for r in target.recommendations)
-    saved = json.loads(layout.tune_result(1).read_text())
+    saved = json.loads(layout.unit_files(1, "tune").beside(".json").read_text())
     assert saved["targets"][0]["llama_kwargs"]["n_gpu_layers"] == "0"
     assert (layout.verify_logs(1) / target.trials[0].log_file).is_file()
     tune_unit = next(u for u in result.units if u.name == "tune")
-    owned = [layout.tune_result(1), layout.tune_report(1), layout.verify_logs(1) / target.trials[0].log_file]
+    owned = [layout.unit_files(1, "tune").beside(".json"), layout.unit_files(1, "tune").beside(".md"), layout.verify_logs(1) / target.trials[0].log_file]
     assert tune_unit.status == "measured" and {layout.in_run(path) for path in owned} <= set(tune_unit.files)
 
 
@@ -301,8 +303,8 @@ def test_playbook_report_shows_the_tuning_report(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(Path(__file__).resolve().parents[2] / "outputs" / "reference" / "20261122T031414Z-vm", run)
     result = tune("/models/m.gguf", 32, True, 8, 16, [0, 4096], 512, 128, 3, synthetic_speed, log=lambda line: None)
-    Layout(run).tune_report(1).write_text(report_markdown(result))
-    Layout(run).tune_result(1).write_text("{}")
+    Layout(run).unit_files(1, "tune").beside(".md").write_text(report_markdown(result))
+    Layout(run).unit_files(1, "tune").beside(".json").write_text("{}")
     index = Path(write_report(run, str(tmp_path / "report")))
     html = index.read_text()
     assert "<h2>Runtime tuning</h2>" in html and "llm = llama_cpp.Llama(model_path=&#39;/models/m.gguf&#39;" in html

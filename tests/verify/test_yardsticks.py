@@ -5,8 +5,8 @@ import json
 import pytest
 
 from playbook.verify.settings import BenchSettings
-from playbook.verify.step import VerifyResult
 from playbook.verify.sweep import SweepPoint, compare_with_yardsticks, gpu_bandwidth_gb_per_s, plot_throughput
+from playbook.verify.units.llama_bench import LLAMA_BENCH
 from playbook.verify.yardsticks import LlamaBench, parse_llama_bench_json
 
 # The shape of `llama-bench -o json` (fields trimmed to those the playbook reads plus a few others).
@@ -33,19 +33,18 @@ def test_llama_bench_json_is_read():
 
 
 def test_ratios_and_bandwidth_fraction(tmp_path):
-    result = VerifyResult(True, "w.whl", "", None, "m.gguf", {"file_size_bytes": 1_174_163_072}, 16, [0, 17])
-    result.points = [SweepPoint(0, "ok", 0, 3700.0, 1.0, 57.0, 1.0), SweepPoint(17, "ok", 17, 48000.0, 1.0, 940.0, 1.0)]
-    result.llama_bench = LlamaBench(True, points=parse_llama_bench_json(LLAMA_BENCH_JSON))
+    points = [SweepPoint(0, "ok", 0, 3700.0, 1.0, 57.0, 1.0), SweepPoint(17, "ok", 17, 48000.0, 1.0, 940.0, 1.0)]
+    bench = LlamaBench(True, points=parse_llama_bench_json(LLAMA_BENCH_JSON))
     bandwidth = gpu_bandwidth_gb_per_s(6144, 3201)  # an H200 as NVML reports it
     assert 4900 < bandwidth < 4920
-    result.tg_limit_tokens_per_s = bandwidth * 1e9 / result.model["file_size_bytes"]
-    compare_with_yardsticks(result.points, result.llama_bench, result.tg_limit_tokens_per_s, full_offload=17)
-    full = result.points[1]
+    tg_limit = bandwidth * 1e9 / 1_174_163_072  # the model's bytes
+    compare_with_yardsticks(points, bench, tg_limit, full_offload=17)
+    full = points[1]
     assert full.tg_ratio == 0.94 and round(full.pp_ratio, 2) == 0.96
     assert round(full.tg_overhead_ms_per_token, 4) == round(1000 / 940 - 1000 / 1000, 4)
     assert 0.2 < full.tg_bandwidth_fraction < 0.25
-    assert result.points[0].tg_bandwidth_fraction is None  # the limit holds for full offload only
-    paths = plot_throughput(result.points, "t", png_and_svg(tmp_path / "plot"), result.tg_limit_tokens_per_s)
+    assert points[0].tg_bandwidth_fraction is None  # the limit holds for full offload only
+    paths = plot_throughput(points, "t", png_and_svg(tmp_path / "plot"), tg_limit)
     assert paths[0].stat().st_size > 1000
 
 
@@ -121,17 +120,17 @@ def test_the_yardstick_pairs_a_real_wheel_with_a_real_llama_bench(tmp_path, pinn
     def yardstick(model, counts, settings):
         return measure_with_llama_bench(stable_tree(source, cache), plan.cmake_args, {**os.environ, **plan.build_env()},
                                         cache, "test-bench", model, counts, settings, 16, 4, 1,
-                                        layout.llama_bench_log(1), 600)
+                                        layout.unit_files(1, "llama-bench").beside(".log"), 600)
 
     result = run_verify(VerifyRequest(layout, cpu_wheel, params, VerifyTarget(expect_gpu=False), tmp_path, cache,
                                       yardstick=yardstick), log=lambda line: None)
-    bench = result.llama_bench
+    bench = result.measured(LLAMA_BENCH)
     assert bench is not None and bench.ok, (bench.error if bench else result.summary)
-    assert "--poll" in layout.llama_bench_log(1).read_text()  # both sides got the pool's polling
+    assert "--poll" in layout.unit_files(1, "llama-bench").beside(".log").read_text()  # both sides got the pool's polling
     assert {(row.n_gpu_layers, row.test) for row in bench.pairs} == {(0, "pp"), (0, "tg")}  # a CPU wheel: 0 only
     assert all(len(row.binding) == len(row.bench) == 2 for row in bench.pairs)
     assert sorted(p.name for p in layout.verify_logs(1).glob("yardstick-pair-*.log")) == [
         "yardstick-pair-01.log", "yardstick-pair-02.log"]
-    (row,) = csv.DictReader(layout.throughput_csv(1).open())
+    (row,) = csv.DictReader(layout.unit_files(1, "throughput").beside(".csv").open())
     assert row["pairs"] == "2" and row["tg_ratio_range"] and row["tg_spread_between_processes"].startswith("binding ")
     assert float(row["tg_ratio"]) > 0 and row["poll"] == "50"

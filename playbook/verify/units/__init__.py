@@ -1,8 +1,9 @@
 """The registry of verify's units, in the order they run: each reads only the values of units before it.
 
-A new measurement: a module here with one class (``name``, ``skip_reason``, ``measure``, ``record``; see
-:class:`playbook.verify.measurement.Measurement`) and one ``REGISTRY.register(...)`` line below, placed
-after the units whose values it reads (``after="offload-sweep"`` from elsewhere).
+A new measurement: a module here with one class (``name``, ``value_type``, ``skip_reason``, ``measure``; see
+:class:`playbook.verify.measurement.Measurement`) and one ``registry.register(...)`` line below, placed
+after the units whose values it reads (``after="offload-sweep"`` from elsewhere). Its value is kept under its name
+in the verify result's ``measurements``; its files are named under its namespace (``ctx.files(...)``).
 """
 
 from __future__ import annotations

@@ -17,9 +17,8 @@ from pathlib import Path
 from playbook.backends import registry, rpc
 from playbook.verify.backend_libraries import LibraryCheck, library_files, prompt_graph_splits
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.units.import_probe import IMPORT_PROBE
-from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
+from playbook.verify.units.offload_sweep import FILES, OFFLOAD_SWEEP
 
 
 @dataclass
@@ -33,6 +32,7 @@ class BackendLibraries:
 
 class BackendLibraryUnit:
     name = "backend-library"
+    value_type = BackendLibraries
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         return "" if expected_libraries(ctx) else "the backend has no ggml library of its own to check"
@@ -40,7 +40,7 @@ class BackendLibraryUnit:
     def measure(self, ctx: VerifyContext) -> Measured[BackendLibraries]:
         probe, sweep = ctx.require(IMPORT_PROBE), ctx.value(OFFLOAD_SWEEP)
         result = probe.outcome.result or {}
-        first_log = ctx.layout.bench_log(ctx.attempt, sweep.layer_counts[0]) if sweep and sweep.layer_counts else None
+        first_log = ctx.files(FILES).log(f"ngl-{sweep.layer_counts[0]}") if sweep and sweep.layer_counts else None
         splits = prompt_graph_splits(first_log.read_text(errors="replace")) if first_log and first_log.is_file() \
             else None
         checks = []
@@ -69,15 +69,13 @@ class BackendLibraryUnit:
                     + (f"; problems: {'; '.join(check.problems)}" if check.problems else ""))
             checks.append(check)
         value = BackendLibraries(checks)
-        files = [ctx.layout.probe_log(ctx.attempt)] + ([first_log] if first_log else [])
+        files = [ctx.files("probe").log()] + ([first_log] if first_log else [])
         note = "; ".join(f"{c.library} in the wheel, loaded" + (f" and used (prompt graph in {c.prompt_graph_splits} "
                                                                  "splits)" if c.prompt_graph_splits else "")
                          for c in checks if not c.problems)
         return Measured(value, files=files, passed=value.ok, note=note,
                         summary="" if value.ok else "; ".join(p for c in checks for p in c.problems))
 
-    def record(self, value: BackendLibraries, result: VerifyResult) -> None:
-        result.backend_libraries = value.checks
 
 
 def expected_libraries(ctx: VerifyContext) -> list[tuple[str, str, bool]]:

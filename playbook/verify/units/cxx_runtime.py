@@ -15,7 +15,6 @@ from pathlib import Path
 from playbook.knowledge.failures import finding_for
 from playbook.toolkits.cxx_runtime import RuntimeCopies, runtime_copies
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.units.import_probe import IMPORT_PROBE
 
 FAILURE_ID = "cxx-runtime-copies"
@@ -27,6 +26,7 @@ def library_folder(ctx: VerifyContext) -> Path:
 
 class CxxRuntimeUnit:
     name = "cxx-runtime"
+    value_type = RuntimeCopies
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         if not sys.platform.startswith("linux"):
@@ -49,8 +49,6 @@ class CxxRuntimeUnit:
         return Measured(copies, findings=[finding_for(FAILURE_ID, evidence, stage="load")], passed=False,
                         stop="two C++ runtimes in one process: a model load may crash (see the finding)")
 
-    def record(self, value: RuntimeCopies, result: VerifyResult) -> None:
-        result.cxx_runtime = value
 
 
 CXX_RUNTIME = CxxRuntimeUnit()

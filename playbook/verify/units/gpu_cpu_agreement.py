@@ -10,13 +10,13 @@ from playbook.knowledge.failures import Finding, finding_for
 from playbook.verify.agreement import Agreement, compare_logits
 from playbook.verify.launcher import ChildOutcome, run_child
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.model_file import MODEL_FILE
 
 
 class GpuCpuAgreement:
     name = "gpu-cpu-agreement"
+    value_type = Agreement
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         probe = ctx.require(IMPORT_PROBE)
@@ -28,7 +28,7 @@ class GpuCpuAgreement:
         model = ctx.require(MODEL_FILE)
         positions = ctx.params.verify.compare_positions
         findings: list[Finding] = []
-        logs = {side: ctx.layout.logits_log(ctx.attempt, side) for side in ("cpu", "gpu")}
+        logs = {side: ctx.files("logits").log(side) for side in ("cpu", "gpu")}
         with tempfile.TemporaryDirectory(prefix="playbook-logits-") as tmp:
             outcomes: dict[str, ChildOutcome] = {}
             for side, ngl, op_offload in (("cpu", 0, "0"), ("gpu", model.n_layer + 1, "1")):
@@ -57,8 +57,6 @@ class GpuCpuAgreement:
             findings.append(finding_for("numeric-mismatch", line, stage="run"))
         return Measured(agreement, findings, list(logs.values()), passed=agreement.ok)
 
-    def record(self, value: Agreement, result: VerifyResult) -> None:
-        result.agreement = value
 
 
 GPU_CPU_AGREEMENT = GpuCpuAgreement()

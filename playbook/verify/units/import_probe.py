@@ -12,7 +12,6 @@ from pathlib import Path
 from playbook.knowledge.failures import Finding, diagnose_text, finding_for, unrecognised
 from playbook.verify.launcher import SYMBOLS_SCRIPT, ChildOutcome, run_child
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.units.machine_code import MACHINE_CODE
 
 LIB_PATH_VARIABLE = "LLAMA_CPP_LIB_PATH"  # llama-cpp-python 0.3.36 loads libllama from there when set
@@ -40,13 +39,14 @@ class ImportProbe:
 
 class ImportProbeUnit:
     name = "import-probe"
+    value_type = ImportProbe
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         return ""
 
     def measure(self, ctx: VerifyContext) -> Measured[ImportProbe]:
-        layout, attempt, site_dir = ctx.layout, ctx.attempt, ctx.wheel.site_dir
-        probe_log = layout.probe_log(attempt)
+        site_dir = ctx.wheel.site_dir
+        probe_log = ctx.files("probe").log()
         outcome = run_child(["probe"], site_dir, probe_log, ctx.timeout_s, ctx.request.python,
                             extra_env=ctx.wheel.child_env)
         probe = ImportProbe(outcome)
@@ -59,7 +59,7 @@ class ImportProbeUnit:
             return Measured(probe, outcome.findings or [fallback], [probe_log],
                             stop=f"the wheel does not import: {outcome.status}")
         findings: list[Finding] = []
-        symbols_log = layout.symbols_log(attempt)
+        symbols_log = ctx.files("symbols").log()
         probe.library_file = outcome.result.get("library")
         ctx.log(f"llama.cpp library loaded: {probe.library_file}")
         if runtimes := outcome.result.get("runtime_libraries"):
@@ -107,10 +107,6 @@ class ImportProbeUnit:
             ctx.log(probe.gpu_skipped)
         return findings
 
-    def record(self, value: ImportProbe, result: VerifyResult) -> None:
-        result.probe = value.outcome
-        result.library_file = value.library_file
-        result.gpu_skipped = value.gpu_skipped
 
 
 def check_required_symbols(site_dir: Path, symbols: list[str], python: str = sys.executable,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.units.model_file import MODEL_FILE
 from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP, run_bench_child
 from playbook.verify.yardsticks import LlamaBench, interleaved_pairs, run_llama_bench
@@ -22,6 +21,7 @@ TESTS = ("pp", "tg")
 
 class LlamaBenchYardstick:
     name = "llama-bench"
+    value_type = LlamaBench
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         if ctx.request.yardstick is None:
@@ -31,7 +31,7 @@ class LlamaBenchYardstick:
 
     def measure(self, ctx: VerifyContext) -> Measured[LlamaBench]:
         assert ctx.request.yardstick is not None
-        verify, layout, attempt = ctx.params.verify, ctx.layout, ctx.attempt
+        verify = ctx.params.verify
         sweep, model = ctx.require(OFFLOAD_SWEEP), ctx.require(MODEL_FILE)
         counts = [p.n_gpu_layers for p in sweep.measured]
         ctx.log("building llama-bench from the same tree and CMake arguments")
@@ -39,7 +39,7 @@ class LlamaBenchYardstick:
             bench = ctx.request.yardstick(model.path, [], sweep.settings)
         except Exception as error:  # the yardstick is optional: verify's own results must survive it
             bench = LlamaBench(False, error=f"{type(error).__name__}: {error}")
-        files = [layout.llama_bench_log(attempt)]
+        files = [ctx.files("llama-bench").beside(".log")]
         if not bench.ok:
             ctx.log(f"  llama-bench: {bench.error}")
             return Measured(bench, files=files)
@@ -49,7 +49,7 @@ class LlamaBenchYardstick:
         timeout = ctx.timeout_s * len(counts)
 
         def binding(layer_counts: list[int]) -> dict[tuple[int, str], float]:
-            log_file = layout.yardstick_pair_log(attempt, len(files))
+            log_file = ctx.files("yardstick").log(f"pair-{len(files):02d}")
             files.append(log_file)
             outcome = run_bench_child(model.path, layer_counts, sweep.settings, verify.prompt_tokens,
                                       verify.gen_tokens, verify.repetitions, ctx.wheel.site_dir, log_file, timeout,
@@ -61,7 +61,7 @@ class LlamaBenchYardstick:
         def llama_bench(layer_counts: list[int]) -> dict[tuple[int, str], float]:
             points, run_s, error = run_llama_bench(binary, model.path, layer_counts, sweep.settings,
                                                    verify.prompt_tokens, verify.gen_tokens, verify.repetitions,
-                                                   layout.llama_bench_log(attempt), timeout)
+                                                   files[0], timeout)
             bench.run_s += run_s
             if error:
                 bench.error = error
@@ -76,8 +76,6 @@ class LlamaBenchYardstick:
                     f"(pairs {low:.3f}-{high:.3f})")
         return Measured(bench, files=files)
 
-    def record(self, value: LlamaBench, result: VerifyResult) -> None:
-        result.llama_bench = value
 
 
 LLAMA_BENCH = LlamaBenchYardstick()

@@ -3,8 +3,7 @@ the file itself (no GPU needed, so a wheel built on a CI or Docker builder is ch
 
 One lister per backend in :data:`LISTERS`: CUDA's is ``cuobjdump --list-elf`` (:mod:`playbook.verify.cuda_elf`),
 HIP's reads the offload bundles of ggml-hip's ``.hip_fatbin`` section (:mod:`playbook.verify.hip_bundles`).
-A backend with code objects of its own adds its lister there and its value's field in
-:class:`~playbook.verify.result.VerifyResult`.
+A backend with code objects of its own adds its lister there, with its listing's type.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from playbook.serialization import as_type
 from playbook.verify.cuda_elf import CudaElf, list_elf
 from playbook.verify.hip_bundles import HipBundles, list_bundles
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 
 
 class CodeListing(Protocol):
@@ -40,23 +39,13 @@ class Lister:
     """The tool's name; its output goes to ``verify-logs/attempt-N/<tool>.log``."""
     run: Callable[[Path, str, str, Path, Path], CodeListing]
     """(site folder, the plan's targets, toolkit root, cache folder, log file) -> the listing."""
-    record: Callable[[CodeListing, VerifyResult], None]
-    """Where verify-attempt-N.json keeps it."""
-
-
-def _record_cuda(listing: CodeListing, result: VerifyResult) -> None:
-    assert isinstance(listing, CudaElf)
-    result.cuda_elf = listing
-
-
-def _record_hip(listing: CodeListing, result: VerifyResult) -> None:
-    assert isinstance(listing, HipBundles)
-    result.hip_bundles = listing
+    value_type: type
+    """The listing's type (a dataclass): what verify-attempt-N.json is read back as."""
 
 
 LISTERS: dict[str, Lister] = {
-    "cuda": Lister("cuobjdump", list_elf, _record_cuda),
-    "hip": Lister("hip-fatbin", list_bundles, _record_hip),
+    "cuda": Lister("cuobjdump", list_elf, CudaElf),
+    "hip": Lister("hip-fatbin", list_bundles, HipBundles),
 }
 
 
@@ -67,9 +56,14 @@ class MachineCodeListing:
     backend: str
     listing: CodeListing
 
+    def __post_init__(self) -> None:
+        if isinstance(self.listing, dict):  # read back from JSON: the backend's lister names the listing's type
+            self.listing = as_type(LISTERS[self.backend].value_type, self.listing)
+
 
 class MachineCode:
     name = "machine-code"
+    value_type = MachineCodeListing
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         if ctx.target.backend not in LISTERS:
@@ -80,7 +74,7 @@ class MachineCode:
 
     def measure(self, ctx: VerifyContext) -> Measured[MachineCodeListing]:
         lister = LISTERS[ctx.target.backend]
-        log_file = ctx.layout.machine_code_log(ctx.attempt, lister.tool)
+        log_file = ctx.files(lister.tool).log()
         listing = lister.run(ctx.wheel.site_dir, ctx.target.gpu_targets, ctx.target.toolkit, ctx.request.cache_dir,
                              log_file)
         ctx.log(f"machine code in {Path(listing.library).name or 'the wheel'}: "
@@ -92,8 +86,6 @@ class MachineCode:
                 + (f" ({listing.error})" if listing.error else ""))
         return Measured(MachineCodeListing(ctx.target.backend, listing), files=[log_file], passed=listing.ok, note=note)
 
-    def record(self, value: MachineCodeListing, result: VerifyResult) -> None:
-        LISTERS[value.backend].record(value.listing, result)
 
 
 MACHINE_CODE = MachineCode()

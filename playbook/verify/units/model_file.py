@@ -14,7 +14,6 @@ from playbook.errors import PlaybookError
 from playbook.knowledge.failures import finding_for, unrecognised
 from playbook.params import ModelParams
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 
 # No space left, a file past the size limit (ulimit -f), a quota: the write failed for want of room.
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
@@ -38,6 +37,7 @@ class ModelFile:
 
 class ModelFileUnit:
     name = "model"
+    value_type = ModelFile
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         return ""
@@ -61,9 +61,6 @@ class ModelFileUnit:
                             stop=f"the model {model.path.name} cannot be read ({type(error).__name__}: {error})")
         return Measured(model)
 
-    def record(self, value: ModelFile, result: VerifyResult) -> None:
-        result.model_path = str(value.path)
-        result.model = value.description
 
 
 def vocab_from_source(source_path: Path, cache_dir: Path) -> Path:

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from playbook.knowledge.failures import Finding, finding_for
+from playbook.runfolder.layout import Layout
 from playbook.verify.launcher import ChildOutcome, run_child
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import SweepPoint, layer_counts, sweep_point
 from playbook.verify.units.import_probe import IMPORT_PROBE
@@ -33,8 +33,17 @@ class Sweep:
         return [p for p in self.points if p.status == "ok"]
 
 
+FILES = "bench"  # its files' namespace: verify-logs/attempt-N/bench-ngl-L.log
+
+
+def point_logs(layout: Layout, attempt: int) -> list[Path]:
+    """The sweep points measured so far (or being measured) in an attempt: what a progress bar counts."""
+    return layout.unit_files(attempt, FILES).logs("ngl-*")
+
+
 class OffloadSweep:
     name = "offload-sweep"
+    value_type = Sweep
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         return ""
@@ -50,7 +59,7 @@ class OffloadSweep:
             ctx.log(f"measuring n_gpu_layers={ngl}: pp{verify.prompt_tokens}, tg{verify.gen_tokens}, "
                     f"{verify.repetitions} repetitions, {settings.threads} threads")
             outcome = run_bench_child(model.path, ngl, settings, verify.prompt_tokens, verify.gen_tokens,
-                                      verify.repetitions, ctx.wheel.site_dir, ctx.layout.bench_log(ctx.attempt, ngl),
+                                      verify.repetitions, ctx.wheel.site_dir, ctx.files(FILES).log(f"ngl-{ngl}"),
                                       ctx.timeout_s, ctx.request.python, ctx.wheel.child_env,
                                       expected=probe.expected_here)
             point = sweep_point(outcome, ngl, settings)
@@ -62,13 +71,9 @@ class OffloadSweep:
                     and not point.offloaded_layers):
                 findings.append(finding_for("cpu-only-build", f"offloaded {point.offloaded_layers or 0}/"
                                             f"{model.n_layer + 1} layers", stage="load"))
-        files = [ctx.layout.bench_log(ctx.attempt, ngl) for ngl in sweep.layer_counts]
+        files = [ctx.files(FILES).log(f"ngl-{ngl}") for ngl in sweep.layer_counts]
         return Measured(sweep, findings, files, summary=summary(sweep, probe.gpu_offload, bool(probe.gpu_skipped)))
 
-    def record(self, value: Sweep, result: VerifyResult) -> None:
-        result.layer_counts = value.layer_counts
-        result.points = value.points
-        result.settings = value.settings
 
 
 def summary(sweep: Sweep, gpu_offload: bool, gpu_skipped: bool) -> str:

@@ -12,7 +12,6 @@ from playbook.knowledge.failures import Finding, finding_for
 from playbook.verify.agreement import compare_logits
 from playbook.verify.launcher import ChildOutcome, run_child
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.rpc_server import (
     RPC_SERVERS_VARIABLE,
     RpcOffload,
@@ -32,6 +31,7 @@ SPARE_CHILDREN = 3
 
 class RpcOffloadUnit:
     name = "rpc-offload"
+    value_type = RpcOffload
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         if ctx.target.rpc is None:
@@ -44,20 +44,20 @@ class RpcOffloadUnit:
         assert ctx.request.rpc_server is not None
         model, verify = ctx.require(MODEL_FILE), ctx.params.verify
         ctx.log("building rpc-server from the wheel's tree with the plan's server arguments")
-        build = ctx.request.rpc_server(ctx.layout.rpc_server_build_log(ctx.attempt))
+        build = ctx.request.rpc_server(ctx.files("rpc").beside(".log", "server-build"))
         ctx.log(f"  rpc-server: {build.binary if build.ok else build.error} ({build.build_s:.0f} s)")
-        files = [ctx.layout.rpc_server_build_log(ctx.attempt)]
+        files = [ctx.files("rpc").beside(".log", "server-build")]
         if not build.ok:
             return Measured(RpcOffload(error=build.error), files=files, passed=False,
                             summary=f"RPC not measured: {build.error}")
         counts = layer_counts(model.n_layer, verify.n_gpu_layers, True, verify.sweep_points)
         offload = RpcOffload(layer_counts=counts)
         lifetime_s = ctx.timeout_s * (len(counts) + SPARE_CHILDREN)
-        server = RpcServer(Path(build.binary), ctx.layout.rpc_server_log(ctx.attempt), ctx.settings.threads,
+        server = RpcServer(Path(build.binary), ctx.files("rpc").log("server"), ctx.settings.threads,
                            lifetime_s, env=ctx.target.rpc.server_env if ctx.target.rpc else None)
-        record = RpcServerRecord("", build, log_file=ctx.layout.rpc_server_log(ctx.attempt).name)
+        record = RpcServerRecord("", build, log_file=ctx.files("rpc").log("server").name)
         offload.servers.append(record)
-        files.append(ctx.layout.rpc_server_log(ctx.attempt))
+        files.append(ctx.files("rpc").log("server"))
         findings: list[Finding] = []
         try:
             with server:
@@ -74,8 +74,8 @@ class RpcOffloadUnit:
         offload.plot_files = [p.name for p in plot_local_against_rpc(
             ctx.value(OFFLOAD_SWEEP).points if ctx.value(OFFLOAD_SWEEP) else [], offload,
             f"{model.path.name} · client {ctx.target.backend}, server {build.backend} on {record.address or '-'}",
-            ctx.layout.rpc_plots(ctx.attempt))]
-        files += ctx.layout.rpc_plots(ctx.attempt)
+            [ctx.files("rpc").beside(s) for s in (".png", ".svg")])]
+        files += [ctx.files("rpc").beside(s) for s in (".png", ".svg")]
         full = max(counts)
         at_full = next((p for p in offload.points if p.n_gpu_layers == full), None)
         # llama.cpp says "offloaded N/N layers to GPU" even when no device took them: the server must hold weights.
@@ -95,7 +95,7 @@ class RpcOffloadUnit:
         outcomes: dict[str, ChildOutcome] = {}
         with tempfile.TemporaryDirectory(prefix="playbook-rpc-logits-") as tmp:
             for side, ngl, env in (("cpu", 0, ctx.wheel.child_env), ("rpc", n_layer + 1, _rpc_env(ctx, server))):
-                log = ctx.layout.rpc_logits_log(ctx.attempt, side)
+                log = ctx.files("rpc").log(f"logits-{side}")
                 files.append(log)
                 args = ["logits", str(model), str(ngl), str(ctx.settings.threads),
                         str(ctx.params.verify.compare_positions), str(Path(tmp) / f"{side}.f32"), "0"]
@@ -126,7 +126,7 @@ class RpcOffloadUnit:
                 ctx.log(f"rpc-server is not running ({server.exit_status()}): the sweep stops before {ngl} layers")
                 offload.points.append(SweepPoint(ngl, "server gone"))
                 continue
-            log = ctx.layout.rpc_bench_log(ctx.attempt, ngl)
+            log = ctx.files("rpc").log(f"bench-ngl-{ngl}")
             files.append(log)
             ctx.log(f"measuring {ngl} layers sent to {server.address}: pp{verify.prompt_tokens}, tg{verify.gen_tokens}")
             outcome = run_bench_child(model, ngl, ctx.settings, verify.prompt_tokens, verify.gen_tokens,
@@ -142,8 +142,6 @@ class RpcOffloadUnit:
                     f"t/s, offloaded {point.offloaded_layers}, {total:.1f} MiB on the server ({weights:.1f} weights)")
         return findings
 
-    def record(self, value: RpcOffload, result: VerifyResult) -> None:
-        result.rpc = value
 
 
 def _rpc_env(ctx: VerifyContext, server: RpcServer) -> dict[str, str]:

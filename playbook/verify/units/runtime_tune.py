@@ -9,7 +9,6 @@ from pathlib import Path
 
 from playbook.serialization import write_json
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import default_threads
 from playbook.verify.tune import (
@@ -30,6 +29,7 @@ from playbook.verify.yardsticks import BenchPoint, run_llama_bench
 
 class RuntimeTune:
     name = "tune"
+    value_type = TuneResult
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         if not ctx.params.verify.tune:
@@ -38,14 +38,14 @@ class RuntimeTune:
         return "" if sweep is not None and sweep.measured else "the sweep measured nothing to start from"
 
     def measure(self, ctx: VerifyContext) -> Measured[TuneResult]:
-        verify, layout, attempt = ctx.params.verify, ctx.layout, ctx.attempt
+        verify = ctx.params.verify
         model, sweep = ctx.require(MODEL_FILE), ctx.require(OFFLOAD_SWEEP)
         depths = list(verify.tune_depths)
         numbers = count(1)
         trial_logs: list[Path] = []
 
         def measure(candidate: BenchSettings, ngl: int, label: str) -> TuneTrial:
-            log_file = layout.tune_trial_log(attempt, ngl, next(numbers))
+            log_file = ctx.files("tune").log(f"ngl-{ngl}-{next(numbers):03d}")
             trial_logs.append(log_file)
             outcome = run_bench_child(model.path, ngl, candidate, verify.prompt_tokens, verify.gen_tokens,
                                       verify.repetitions, ctx.wheel.site_dir, log_file, ctx.timeout_s * len(depths),
@@ -63,7 +63,7 @@ class RuntimeTune:
             def bench(candidate: BenchSettings, ngl: int, bench_depths: list[int]) -> list[BenchPoint]:
                 points, _, error = run_llama_bench(binary, model.path, [ngl], candidate, verify.prompt_tokens,
                                                    verify.gen_tokens, verify.repetitions,
-                                                   layout.llama_bench_log(attempt), ctx.timeout_s * len(bench_depths),
+                                                   ctx.files("llama-bench").beside(".log"), ctx.timeout_s * len(bench_depths),
                                                    bench_depths)
                 if error:
                     raise RuntimeError(error)
@@ -75,14 +75,12 @@ class RuntimeTune:
                      ctx.log, int(model.description.get("file_size_bytes") or 0),
                      Budget(verify.tune_budget_s, with_llama_bench=bench is not None),
                      fa_all_quants=f"-D{FA_ALL_QUANTS}=ON" in (a.upper() for a in ctx.target.cmake_args))
-        report = layout.tune_report(attempt)
+        report = ctx.files("tune").beside(".md")
         report.write_text(report_markdown(tuned), encoding="utf-8")
         tuned.report_file = report.name
-        write_json(tuned, layout.tune_result(attempt))
-        return Measured(tuned, files=[layout.tune_result(attempt), report, *trial_logs])
+        write_json(tuned, ctx.files("tune").beside(".json"))
+        return Measured(tuned, files=[ctx.files("tune").beside(".json"), report, *trial_logs])
 
-    def record(self, value: TuneResult, result: VerifyResult) -> None:
-        result.tune = value
 
 
 TUNE = RuntimeTune()

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from playbook.verify.measurement import Measured, VerifyContext
-from playbook.verify.result import VerifyResult
 from playbook.verify.sweep import compare_with_yardsticks, plot_throughput, write_sweep_csv
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.llama_bench import LLAMA_BENCH
@@ -31,12 +30,12 @@ class Throughput:
 
 class ThroughputTable:
     name = "throughput"
+    value_type = Throughput
 
     def skip_reason(self, ctx: VerifyContext) -> str:
         return "" if ctx.value(OFFLOAD_SWEEP) is not None else "no sweep"
 
     def measure(self, ctx: VerifyContext) -> Measured[Throughput]:
-        layout, attempt = ctx.layout, ctx.attempt
         sweep, model, probe = ctx.require(OFFLOAD_SWEEP), ctx.require(MODEL_FILE), ctx.require(IMPORT_PROBE)
         bandwidth = ctx.target.gpu_bandwidth_gb_per_s if probe.gpu_offload else None
         tg_limit = bandwidth * 1e9 / int(model.description["file_size_bytes"]) if bandwidth else None
@@ -44,17 +43,13 @@ class ThroughputTable:
         for point in sweep.points:
             if point.ratio_note:
                 ctx.log(f"  n_gpu_layers={point.n_gpu_layers} against llama-bench: {point.ratio_note}")
-        csv = write_sweep_csv(sweep.points, layout.throughput_csv(attempt))
+        csv = write_sweep_csv(sweep.points, ctx.files("throughput").beside(".csv"))
         title = (f"{model.path.name} · llama-cpp-python {probe.outcome.result['version']} · "
                  f"{sweep.settings.threads} threads")
-        plots = plot_throughput(sweep.points, title, layout.throughput_plots(attempt), tg_limit,
+        plots = plot_throughput(sweep.points, title, [ctx.files("throughput").beside(s) for s in (".png", ".svg")], tg_limit,
                                 gpu_offload=probe.gpu_offload, scale=ctx.params.verify.plot_scale)
         return Measured(Throughput(csv.name, [p.name for p in plots], bandwidth, tg_limit), files=[csv, *plots])
 
-    def record(self, value: Throughput, result: VerifyResult) -> None:
-        result.csv_file, result.plot_files = value.csv_file, value.plot_files
-        result.gpu_bandwidth_gb_per_s = value.gpu_bandwidth_gb_per_s
-        result.tg_limit_tokens_per_s = value.tg_limit_tokens_per_s
 
 
 THROUGHPUT = ThroughputTable()
