@@ -68,6 +68,8 @@ class BackendUnit:
     """Peak resident memory of one compiler process on its sources, measured on llama.cpp's."""
     device_log_name: ClassVar[str] = ""
     """The name llama.cpp gives its buffers in a load log ("CUDA" in "CUDA0 model buffer size = ...")."""
+    machine_code: ClassVar[str] = ""
+    """The tool verify lists its library's machine code with ("cuobjdump"); empty when it compiles none of its own."""
     ggml_library: ClassVar[str] = ""
     """The ggml backend library its wheel must hold and load beside the CPU's ("ggml-blas"); empty when the backend
     has none of its own to check (verify's backend-library unit looks for it)."""

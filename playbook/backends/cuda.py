@@ -566,6 +566,7 @@ class CudaBackend(BackendUnit):
     auto_rank = 10
     mib_per_compile_job = 3 * GIB_MIB
     device_log_name = "CUDA"
+    machine_code = "cuobjdump"
     platforms = ("linux", "wsl", "windows")
     status = "runs on the GPU machine"
 

@@ -158,6 +158,7 @@ class HipBackend(BackendUnit):
     auto_rank = 20
     mib_per_compile_job = 3 * GIB_MIB
     device_log_name = "ROCm"
+    machine_code = "hip-fatbin"
     status = "compiled only"
 
     def check_settings(self, settings: HipSettings) -> None:

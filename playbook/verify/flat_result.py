@@ -43,9 +43,9 @@ def flat_to_mapping(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("csv_file"):
         values["throughput"] = {key: data.get(key) for key in (
             "csv_file", "plot_files", "gpu_bandwidth_gb_per_s", "tg_limit_tokens_per_s")}
-    for old, backend in (("cuda_elf", "cuda"), ("hip_bundles", "hip")):
+    for old, tool in (("cuda_elf", "cuobjdump"), ("hip_bundles", "hip-fatbin")):
         if data.get(old) is not None:
-            values["machine-code"] = {"backend": backend, "listing": data[old]}
+            values["machine-code"] = {"tool": tool, "listing": data[old]}
     if data.get("backend_libraries"):
         values["backend-library"] = {"checks": data["backend_libraries"]}
     new["measurements"] = values

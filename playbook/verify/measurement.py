@@ -49,7 +49,9 @@ class VerifyTarget:
     gpu_present: bool = True
     """detect found a device for the plan's backend; without one the GPU checks are skipped, not failed."""
     backend: str = ""
-    """The plan's backend (``cuda``, ``hip``, ``cpu`` ...): picks the machine-code listing."""
+    """The plan's backend (``cuda``, ``hip``, ``cpu`` ...), as messages name it."""
+    machine_code: str = ""
+    """The tool that lists the machine code the backend's library holds (its unit's ``machine_code``)."""
     gpu_targets: str = ""
     """The architectures the plan compiled for (CMAKE_CUDA_ARCHITECTURES); "" lists no machine code."""
     toolkit: str = ""

@@ -134,6 +134,7 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         expect_gpu=unit.offloads,
         gpu_present=bool(unit.device(facts)),
         backend=plan.backend,
+        machine_code=unit.machine_code,
         gpu_targets=plan.gpu_targets,
         compiled_only=next((w.message for w in plan.warnings if w.code in COMPILED_ONLY_WARNINGS), ""),
         toolkit=plan.cuda_toolkit,

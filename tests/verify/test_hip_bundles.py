@@ -86,7 +86,7 @@ def hip_wheel_that_cannot_load(monkeypatch, tmp_path):
 
 def verify_hip(tmp_path, wheel, compiled_only: str):
     (tmp_path / "run").mkdir(exist_ok=True)
-    target = VerifyTarget(expect_gpu=True, gpu_present=False, backend="hip", gpu_targets="gfx1100;gfx1030",
+    target = VerifyTarget(expect_gpu=True, gpu_present=False, backend="hip", machine_code="hip-fatbin", gpu_targets="gfx1100;gfx1030",
                           compiled_only=compiled_only)
     return step.run_verify(VerifyRequest(Layout(tmp_path / "run"), wheel, load_params(), target, tmp_path,
                                          tmp_path / "cache"), log=lambda *_: None)

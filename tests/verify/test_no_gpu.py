@@ -83,10 +83,10 @@ def stand_ins(monkeypatch, tmp_path):
 
 
 def verify(tmp_path, elf: CudaElf, monkeypatch):
-    cuda = machine_code.LISTERS["cuda"]
-    monkeypatch.setitem(machine_code.LISTERS, "cuda", machine_code.Lister(cuda.tool, lambda *a, **k: elf, cuda.value_type))
+    cuda = machine_code.LISTERS["cuobjdump"]
+    monkeypatch.setitem(machine_code.LISTERS, "cuobjdump", machine_code.Lister(cuda.tool, lambda *a, **k: elf, cuda.value_type))
     wheel = stand_in_wheel(tmp_path)
-    target = VerifyTarget(expect_gpu=True, gpu_present=False, backend="cuda", gpu_targets="86;120", toolkit="/toolkit")
+    target = VerifyTarget(expect_gpu=True, gpu_present=False, backend="cuda", machine_code="cuobjdump", gpu_targets="86;120", toolkit="/toolkit")
     # The symbols child looks the binding's function up in the installed wheel, for real.
     params = load_params(None, ["verify.required_symbols=[llama_cpp.llama_supports_gpu_offload]"])
     return step.run_verify(VerifyRequest(Layout(tmp_path / "run"), wheel, params, target, tmp_path,

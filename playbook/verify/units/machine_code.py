@@ -43,22 +43,22 @@ class Lister:
     """The listing's type (a dataclass): what verify-attempt-N.json is read back as."""
 
 
-LISTERS: dict[str, Lister] = {
-    "cuda": Lister("cuobjdump", list_elf, CudaElf),
-    "hip": Lister("hip-fatbin", list_bundles, HipBundles),
-}
+LISTERS: dict[str, Lister] = {lister.tool: lister for lister in (
+    Lister("cuobjdump", list_elf, CudaElf),
+    Lister("hip-fatbin", list_bundles, HipBundles),
+)}
 
 
 @dataclass
 class MachineCodeListing:
-    """A listing and the backend whose lister made it."""
+    """A listing and the lister that made it."""
 
-    backend: str
+    tool: str
     listing: CodeListing
 
     def __post_init__(self) -> None:
-        if isinstance(self.listing, dict):  # read back from JSON: the backend's lister names the listing's type
-            self.listing = as_type(LISTERS[self.backend].value_type, self.listing)
+        if isinstance(self.listing, dict):  # read back from JSON: the lister names the listing's type
+            self.listing = as_type(LISTERS[self.tool].value_type, self.listing)
 
 
 class MachineCode:
@@ -66,14 +66,14 @@ class MachineCode:
     value_type = MachineCodeListing
 
     def skip_reason(self, ctx: VerifyContext) -> str:
-        if ctx.target.backend not in LISTERS:
+        if ctx.target.machine_code not in LISTERS:
             return f"no machine-code listing for the {ctx.target.backend or 'plan'}'s backend"
         if not ctx.target.gpu_targets:
             return "the plan names no GPU architectures"
         return ""
 
     def measure(self, ctx: VerifyContext) -> Measured[MachineCodeListing]:
-        lister = LISTERS[ctx.target.backend]
+        lister = LISTERS[ctx.target.machine_code]
         log_file = ctx.files(lister.tool).log()
         listing = lister.run(ctx.wheel.site_dir, ctx.target.gpu_targets, ctx.target.toolkit, ctx.request.cache_dir,
                              log_file)
@@ -84,7 +84,7 @@ class MachineCode:
         note = (f"machine code for {', '.join(listing.architectures) or 'no architecture'}"
                 + (f", missing {', '.join(listing.missing)}" if listing.missing else "")
                 + (f" ({listing.error})" if listing.error else ""))
-        return Measured(MachineCodeListing(ctx.target.backend, listing), files=[log_file], passed=listing.ok, note=note)
+        return Measured(MachineCodeListing(lister.tool, listing), files=[log_file], passed=listing.ok, note=note)
 
 
 
