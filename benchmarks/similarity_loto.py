@@ -16,7 +16,8 @@ the recall the stage alone would give (right and reaching / all); the same over 
 many clean logs (tests/data/corpus/train/clean, tests/data/clean) the stage would name (must be 0); and the
 whole train logs diagnosed with every pattern set aside (``diagnose_log`` with a knowledge base whose
 entries have no pattern, each log without its own thread's examples): how many the stage names rightly,
-how many of those only seem failed (no line says "error:", see ``seems_failed``), how many it names wrongly.
+how many of those only seem failed (no line says "error:", see ``seems_failed``), how many it names wrongly;
+then the same with each log's whole project left out of the index (leave-one-project-out).
 
     python benchmarks/similarity_loto.py [--thresholds] [--leave-out thread]
 """
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from playbook.knowledge import similarity as sim  # noqa: E402
-from playbook.knowledge.corpus import thread_key  # noqa: E402
+from playbook.knowledge.corpus import project_key, thread_key  # noqa: E402
 from playbook.knowledge.evaluation import read_corpus  # noqa: E402
 from playbook.knowledge.failures import (  # noqa: E402
     UNRECOGNISED,
@@ -85,16 +86,19 @@ def main(argv: list[str]) -> int:
             named.append(f"{name}: {findings[0].id} {findings[0].similarity}")
     print(f"\nclean logs the stage would name at {shipped.value}: {len(named)}", *named, sep="\n  ")
     whole_logs(no_patterns)
+    whole_logs(no_patterns, "project")
     return 0
 
 
-def whole_logs(no_patterns: KnowledgeBase) -> None:
-    """The train logs as diagnose reads them with every pattern set aside: what the stage names by itself."""
+def whole_logs(no_patterns: KnowledgeBase, leave_out: str = "thread") -> None:
+    """The train logs as diagnose reads them with every pattern set aside: what the stage names by itself,
+    each log without its own thread's examples, or (``leave_out="project"``) its whole project's."""
     logs = [log for log in read_corpus(REPO / "tests" / "data" / "corpus", "train") if log.expected]
     right = wrong = seeming = 0
     for log in logs:
         text = LogText.from_text(log.text)
-        findings = diagnose_log(text, detect_failure=True, knowledge=no_patterns, exclude_thread=thread_key(log.source))
+        findings = diagnose_log(text, detect_failure=True, knowledge=no_patterns, exclude_thread=thread_key(log.source),
+                                exclude_project=project_key(log.source) if leave_out == "project" else "")
         if not findings or findings[0].id == UNRECOGNISED:
             continue
         if findings[0].id in log.expected:
@@ -102,7 +106,8 @@ def whole_logs(no_patterns: KnowledgeBase) -> None:
             seeming += first_failure(text) is None and seems_failed(text)
         else:
             wrong += 1
-    print(f"\nwhole train logs, every pattern set aside: {right} of {len(logs)} named rightly "
+    label = "" if leave_out == "thread" else ", each log's whole project left out"
+    print(f"\nwhole train logs, every pattern set aside{label}: {right} of {len(logs)} named rightly "
           f"({seeming} of them only seem failed), {wrong} named wrongly")
 
 

@@ -7,8 +7,10 @@ or none, is neither. Beside recall (named / failure logs) the tables give the wr
 failure logs) and precision (of the logs given a known id, the share named right). A ``clean`` log must give
 no finding at all: any finding there, ``unrecognised-failure`` included, is a false positive.
 
-``python -m playbook.knowledge.evaluation [--part train|test] [CORPUS]`` prints the table; the tests print
-it for both parts and hold the test part to :data:`GOAL`.
+``python -m playbook.knowledge.evaluation [--part train|test] [--leave-out project] [CORPUS]`` prints the table;
+the tests print it for both parts and hold the test part to :data:`GOAL`. ``--leave-out project`` scores each log
+with its whole project's examples left out of the similarity stage (leave-one-project-out; by default only its
+own thread's are).
 
 The ``frozen`` part (``tests/data/corpus/frozen/``, issue 33) is logs from projects with no log elsewhere in the
 corpus, gathered and labelled before any rule of the next round was written. Only ``--part frozen`` reads it,
@@ -26,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playbook.knowledge.corpus import CORPUS_FAMILIES, PARTS, thread_key
+from playbook.knowledge.corpus import CORPUS_FAMILIES, PARTS, project_key, thread_key
 
 CLEAN = "clean"
 FROZEN = "frozen"  # the held-out part of issue 33: read only by --part frozen, after its manifest is checked
@@ -152,10 +154,14 @@ class FamilyScore:
         return self.wrong / self.logs if self.logs else 0.0
 
 
+LEAVE_OUT = ("thread", "project")  # what of a log's own the similarity stage leaves out when it is scored
+
+
 @dataclass
 class Score:
     part: str
     families: dict[str, FamilyScore]
+    leave_out: str = "thread"
 
     @property
     def failure_logs(self) -> int:
@@ -200,6 +206,8 @@ class Score:
     def table(self) -> str:
         """A Markdown table, one row per family with logs, then the overall row."""
         label = FROZEN_LABEL if self.part == FROZEN else self.part
+        if self.leave_out == "project":
+            label += ", leave-one-project-out"
         rows = [f"| family ({label}) | logs | named | recall | named wrong | wrong-name rate | precision | "
                 "findings on clean logs |", "|---|---|---|---|---|---|---|---|"]
         for name in CORPUS_FAMILIES:
@@ -216,24 +224,29 @@ class Score:
         return "\n".join(rows)
 
 
-def first_ids(log: CorpusLog) -> list[str]:
-    """The ids ``playbook diagnose`` reports for a corpus log, in its order (leave-one-thread-out)."""
+def first_ids(log: CorpusLog, leave_out: str = "thread") -> list[str]:
+    """The ids ``playbook diagnose`` reports for a corpus log, in its order: its own thread's examples left
+    out of the similarity stage (a train log is in the shipped index), or with ``leave_out="project"`` those
+    of its whole project (:func:`playbook.knowledge.corpus.project_key`: how a log of a project the index has
+    no example from is named)."""
     from playbook.knowledge.failures import diagnose_log
     from playbook.knowledge.logtext import LogText
 
-    # its own thread's examples are left out of the similarity stage: a train log is in the shipped index
-    findings = diagnose_log(LogText.from_text(log.text), detect_failure=True, exclude_thread=thread_key(log.source))
+    if leave_out not in LEAVE_OUT:
+        raise ValueError(f"leave out a thread or a project, not {leave_out!r}")
+    findings = diagnose_log(LogText.from_text(log.text), detect_failure=True, exclude_thread=thread_key(log.source),
+                            exclude_project=project_key(log.source) if leave_out == "project" else "")
     return [finding.id for finding in findings]
 
 
-def score(logs: list[CorpusLog], part: str) -> Score:
+def score(logs: list[CorpusLog], part: str, leave_out: str = "thread") -> Score:
     from playbook.knowledge.failures import UNRECOGNISED
 
     families = {name: FamilyScore(name) for name in CORPUS_FAMILIES}
     for log in logs:
         family = families.setdefault(log.family, FamilyScore(log.family))
         family.logs += 1
-        ids = first_ids(log)
+        ids = first_ids(log, leave_out)
         if log.family == CLEAN or not log.expected:
             family.findings_on_clean += bool(ids)
             family.named += not ids
@@ -246,12 +259,12 @@ def score(logs: list[CorpusLog], part: str) -> Score:
             family.wrong += bool(ids) and ids[0] != UNRECOGNISED
             family.unrecognised += ids == [UNRECOGNISED]
             family.missed.append(log.path.name)
-    return Score(part, families)
+    return Score(part, families, leave_out)
 
 
-def evaluate(root: Path, part: str) -> Score:
+def evaluate(root: Path, part: str, leave_out: str = "thread") -> Score:
     """The score of one part; the frozen part only after its manifest is verified (else FrozenPartRefused)."""
-    return score(read_frozen(root) if part == FROZEN else read_corpus(root, part), part)
+    return score(read_frozen(root) if part == FROZEN else read_corpus(root, part), part, leave_out)
 
 
 def default_corpus() -> Path:
@@ -282,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=(*PARTS, FROZEN), action="append",
                         help="train, test (default: both); frozen only when asked for: the held-out part, checked "
                              "against its MANIFEST.json and printed as an aggregate table")
+    parser.add_argument("--leave-out", choices=LEAVE_OUT, default="thread",
+                        help="what of each log's own the similarity stage leaves out: its thread (default) or its "
+                             "whole project (leave-one-project-out; the README's tables are leave-one-thread-out)")
     parser.add_argument("--misses", action="store_true", help="list the train logs that are not named")
     parser.add_argument("--update-readme", action="store_true",
                         help="rewrite the corpus tables (both parts) in docs/knowledge-base.md")
@@ -290,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for part in args.part or PARTS:
         try:
-            result = results[part] = evaluate(args.corpus, part)
+            result = results[part] = evaluate(args.corpus, part, args.leave_out)
         except FrozenPartRefused as refused:
             print(f"refused: {refused}", file=sys.stderr)
             return 2
@@ -301,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                 for name in family.missed:
                     print(f"  missed: {part}/{family.family}/{name}")
     if args.update_readme:
+        if args.leave_out != "thread":
+            print("--update-readme writes the leave-one-thread-out tables", file=sys.stderr)
+            return 2
         readme = Path(__file__).resolve().parents[2] / "docs" / "knowledge-base.md"
         update_readme(readme, results.get("train") or evaluate(args.corpus, "train"),
                       results.get("test") or evaluate(args.corpus, "test"))

@@ -278,7 +278,8 @@ def diagnose_file(path: Path, unrecognised_stage: str = "", *, detect_failure: b
 
 
 def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: bool = False,
-                 similarity: bool = True, exclude_thread: str = "", **kwargs: Any) -> list[Finding]:
+                 similarity: bool = True, exclude_thread: str = "", exclude_project: str = "",
+                 **kwargs: Any) -> list[Finding]:
     """The known failures in ``log`` (:func:`known_findings`). When none matches and the log is known to
     show a failure (``unrecognised_stage``) or, with ``detect_failure``, plainly says something failed:
     the nearest known failure by similarity of its error lines when that is confident enough (see
@@ -287,7 +288,8 @@ def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: 
     (:func:`seems_failed`: a crash, a refused device, a missing library, in words no tool's error report
     uses) is named when the resemblance is confident and otherwise gets no finding, as a clean log.
     ``exclude_thread`` leaves the examples of one thread out of the comparison (the evaluation scores a
-    train log without its own thread's examples)."""
+    train log without its own thread's examples); ``exclude_project`` those of a whole project
+    (:func:`playbook.knowledge.corpus.project_key`: leave-one-project-out, ``playbook.knowledge.clusters``)."""
     findings = known_findings(log, **kwargs)
     if findings:
         return findings
@@ -301,7 +303,8 @@ def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: 
     from playbook.knowledge.similarity import nearest_failure
 
     finding = nearest_failure(log, fallback, knowledge=kwargs.get("knowledge"), cuda_version=kwargs.get("cuda_version", ""),
-                              exclude_thread=exclude_thread, routine=not seemingly_failed)
+                              exclude_thread=exclude_thread, exclude_project=exclude_project,
+                              routine=not seemingly_failed)
     if seemingly_failed and finding.id == UNRECOGNISED:
         return []  # a log that only seems to fail is named when the resemblance is confident, else left alone
     return [finding]

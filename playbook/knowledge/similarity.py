@@ -249,7 +249,7 @@ def error_lines_of(log: LogText, *, routine: bool = True) -> list[str]:
 
 def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase | None = None,
                     cuda_version: str = "", index: tuple[Index, Threshold] | None = None,
-                    exclude_thread: str = "", routine: bool = True) -> Finding:
+                    exclude_thread: str = "", exclude_project: str = "", routine: bool = True) -> Finding:
     """The known failure ``log`` resembles when the resemblance reaches the threshold, else ``fallback``
     (the unrecognised-failure finding) with the nearest id as a hint. Without ``routine`` the lines that
     successful logs print too are not compared (a log that only seems to fail is read by its other lines)."""
@@ -257,7 +257,8 @@ def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase
 
     index_, threshold = index or shipped_index()
     knowledge = knowledge or load_knowledge_base()
-    match = index_.nearest_id(error_lines_of(log, routine=routine), exclude_thread=exclude_thread)
+    match = index_.nearest_id(error_lines_of(log, routine=routine), exclude_thread=exclude_thread,
+                              exclude_project=exclude_project)
     if match is None or match.id not in knowledge.ids:
         return fallback
     if match.confidence < threshold.value:

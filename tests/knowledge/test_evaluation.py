@@ -128,6 +128,14 @@ def test_command_line_prints_the_train_table(tmp_path, capsys):
     assert re.search(r"\| `cpu` \| 1 \| 1 \| 100% \| 0 \| 0\.0% \| 100\.0% \| - \|", out) and "goal met" in out
 
 
+def test_leaving_out_a_whole_project_is_labelled_and_refused_for_the_readme(tmp_path, capsys):
+    _write(tmp_path, "train", "cpu", "01.txt", "illegal-instruction", "Illegal instruction (core dumped)\n")
+    assert main([str(tmp_path), "--part", "train", "--leave-out", "project"]) == 0
+    assert "| family (train, leave-one-project-out) |" in capsys.readouterr().out
+    assert evaluate(tmp_path, "train", "project").leave_out == "project"
+    assert main([str(tmp_path), "--part", "train", "--leave-out", "project", "--update-readme"]) == 2
+
+
 def test_score_of_no_logs_is_empty():
     assert score([], "test").failure_logs == 0
 
