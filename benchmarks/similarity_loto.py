@@ -30,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from playbook.knowledge import index_writer  # noqa: E402
 from playbook.knowledge import similarity as sim  # noqa: E402
 from playbook.knowledge.corpus import project_key, thread_key  # noqa: E402
 from playbook.knowledge.evaluation import read_corpus  # noqa: E402
@@ -51,8 +52,8 @@ def clean_logs() -> list[tuple[str, LogText]]:
 
 
 def main(argv: list[str]) -> int:
-    examples = sim.examples_from(REPO)
-    queries = sim.query_lines_from(REPO)
+    examples = index_writer.examples_from(REPO)
+    queries = index_writer.query_lines_from(REPO)
     assert len(queries) == len(examples)
     index = sim.Index(examples)
     shipped = sim.shipped_index()[1]

@@ -12,7 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from playbook.knowledge.similarity import INDEX_FILE, write_index
+from playbook.knowledge.index_writer import write_index
+from playbook.knowledge.similarity import INDEX_FILE
 
 
 def main() -> int:

@@ -18,9 +18,9 @@ from typing import Any
 from playbook.errors import KnowledgeBaseError, NotALogError, PlaybookError  # noqa: F401 (NotALogError: re-exported)
 from playbook.knowledge.compatibility import knowledge
 from playbook.knowledge.logtext import LogText, read_log
-from playbook.knowledge.normalise import FENCE_LINE, QUOTE_PREFIX, paste_line  # noqa: F401 (re-exported)
-from playbook.knowledge.normalise import failure_record
+from playbook.knowledge.normalise import FENCE_LINE, QUOTE_PREFIX, failure_record, fold_for_similarity, paste_line  # noqa: F401 (re-exported)
 from playbook.knowledge.signatures import Signature
+from playbook.knowledge.similarity import CHARS_PER_LINE, LINES_PER_EXAMPLE, Index, Threshold, shipped_index
 
 KNOWLEDGE_FILE = "failures.yaml"
 PLATFORMS = ("any", "linux", "windows", "macos", "wsl")
@@ -300,8 +300,6 @@ def diagnose_log(log: LogText, unrecognised_stage: str = "", *, detect_failure: 
     fallback = unrecognised(log, unrecognised_stage)
     if not similarity:
         return [fallback]
-    from playbook.knowledge.similarity import nearest_failure
-
     finding = nearest_failure(log, fallback, knowledge=kwargs.get("knowledge"), cuda_version=kwargs.get("cuda_version", ""),
                               exclude_thread=exclude_thread, exclude_project=exclude_project,
                               routine=not seemingly_failed)
@@ -523,3 +521,37 @@ def unrecognised(text: str | LogText, stage: str = "") -> Finding:
                    "No entry of the knowledge base matches this text.",
                    f"Read the {stage} log around line {line_number or 'its end'}; once fixed, "
                    "`playbook diagnose` names it if it recurs.", False, stage)
+
+
+# ------------------------------------------------------------------ the second stage: the nearest example
+
+
+def error_lines_of(log: LogText, *, routine: bool = True) -> list[str]:
+    """The folded error lines the second stage compares, distinct, in order; without ``routine``, only its
+    lines of trouble (:func:`playbook.knowledge.failures.trouble_lines`: none that successful logs print too)."""
+    lines: list[str] = []
+    for _, line in (error_lines if routine else trouble_lines)(log, LINES_PER_EXAMPLE * 2):
+        folded = fold_for_similarity(line)[:CHARS_PER_LINE]
+        if folded and folded not in lines:
+            lines.append(folded)
+    return lines[:LINES_PER_EXAMPLE]
+
+
+def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase | None = None,
+                    cuda_version: str = "", index: tuple[Index, Threshold] | None = None,
+                    exclude_thread: str = "", exclude_project: str = "", routine: bool = True) -> Finding:
+    """The known failure ``log`` resembles when the resemblance reaches the threshold, else ``fallback``
+    (the unrecognised-failure finding) with the nearest id as a hint. Without ``routine`` the lines that
+    successful logs print too are not compared (a log that only seems to fail is read by its other lines)."""
+    index_, threshold = index or shipped_index()
+    knowledge = knowledge or load_knowledge_base()
+    match = index_.nearest_id(error_lines_of(log, routine=routine), exclude_thread=exclude_thread,
+                              exclude_project=exclude_project)
+    if match is None or match.id not in knowledge.ids:
+        return fallback
+    if match.confidence < threshold.value:
+        return dataclasses.replace(fallback, likely=match.id, similarity=match.score, like=match.example.source)
+    entry = knowledge.get(match.id)
+    return Finding(entry.id, entry.title, fallback.evidence, fallback.line_number, entry.cause,
+                   fill_fix(entry.fix, cuda_version), entry.remedy is not None, fallback.stage,
+                   similarity=match.score, like=match.example.source)

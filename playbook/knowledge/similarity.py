@@ -56,17 +56,10 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from playbook.knowledge.normalise import fold_for_similarity
-
-if TYPE_CHECKING:
-    from playbook.knowledge.failures import Finding, KnowledgeBase
-    from playbook.knowledge.logtext import LogText
+from typing import Any
 
 INDEX_FILE = "similarity_index.json"
 # A wrong name applies a wrong remedy, worse than "unrecognised" with the first failure line (issue 33): the
@@ -232,119 +225,3 @@ def load_index(document: dict[str, Any]) -> tuple[Index, Threshold]:
     examples = [Example(row["id"], row["source"], row["thread"], tuple(row["lines"]), tuple(row.get("expected", ())))
                 for row in document["examples"]]
     return Index(examples), Threshold(**document["threshold"])
-
-
-def error_lines_of(log: LogText, *, routine: bool = True) -> list[str]:
-    """The folded error lines the second stage compares, distinct, in order; without ``routine``, only its
-    lines of trouble (:func:`playbook.knowledge.failures.trouble_lines`: none that successful logs print too)."""
-    from playbook.knowledge.failures import error_lines, trouble_lines
-
-    lines: list[str] = []
-    for _, line in (error_lines if routine else trouble_lines)(log, LINES_PER_EXAMPLE * 2):
-        folded = fold_for_similarity(line)[:CHARS_PER_LINE]
-        if folded and folded not in lines:
-            lines.append(folded)
-    return lines[:LINES_PER_EXAMPLE]
-
-
-def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase | None = None,
-                    cuda_version: str = "", index: tuple[Index, Threshold] | None = None,
-                    exclude_thread: str = "", exclude_project: str = "", routine: bool = True) -> Finding:
-    """The known failure ``log`` resembles when the resemblance reaches the threshold, else ``fallback``
-    (the unrecognised-failure finding) with the nearest id as a hint. Without ``routine`` the lines that
-    successful logs print too are not compared (a log that only seems to fail is read by its other lines)."""
-    from playbook.knowledge.failures import Finding, fill_fix, load_knowledge_base
-
-    index_, threshold = index or shipped_index()
-    knowledge = knowledge or load_knowledge_base()
-    match = index_.nearest_id(error_lines_of(log, routine=routine), exclude_thread=exclude_thread,
-                              exclude_project=exclude_project)
-    if match is None or match.id not in knowledge.ids:
-        return fallback
-    if match.confidence < threshold.value:
-        return replace(fallback, likely=match.id, similarity=match.score, like=match.example.source)
-    entry = knowledge.get(match.id)
-    return Finding(entry.id, entry.title, fallback.evidence, fallback.line_number, entry.cause,
-                   fill_fix(entry.fix, cuda_version), entry.remedy is not None, fallback.stage,
-                   similarity=match.score, like=match.example.source)
-
-
-# ------------------------------------------------------------------ writing the index from a checkout
-
-
-def examples_from(repo: Path) -> list[Example]:
-    """The examples of a checkout: every log under tests/data/failures/<id>/ and every log of the corpus's
-    train part that expects a failure. Never the corpus's test part."""
-    return [example for example, _ in _examples_and_queries(repo)]
-
-
-def query_lines_from(repo: Path) -> list[list[str]]:
-    """For each of :func:`examples_from`'s examples, the lines its log gives as a query (its error lines
-    only, as :func:`nearest_failure` reads a log no pattern named): what leave-one-project-out matches."""
-    return [query for _, query in _examples_and_queries(repo)]
-
-
-@lru_cache(maxsize=4)
-def _examples_and_queries(repo: Path) -> tuple[tuple[Example, list[str]], ...]:
-    from playbook.knowledge.corpus import thread_key
-    from playbook.knowledge.evaluation import read_corpus
-    from playbook.knowledge.logtext import LogText
-
-    rows = []
-    failures = repo / "tests" / "data" / "failures"
-    for path in sorted(failures.glob("*/*.txt")):
-        text = path.read_text(encoding="utf-8")
-        first, _, body = text.partition("\n")
-        source = _public(first.removeprefix("# source:").strip())
-        rows.append((body, (path.parent.name,), source, _public(thread_key(source))))
-    for log in read_corpus(repo / "tests" / "data" / "corpus", "train"):
-        if log.expected:
-            rows.append((log.text, log.expected, log.source, thread_key(log.source)))
-    pairs = []
-    for text, expected, source, thread in rows:
-        example = _example(text, expected, source, thread)
-        if example.lines:
-            pairs.append((example, error_lines_of(LogText.from_text(text))))
-    return tuple(pairs)
-
-
-def _public(source: str) -> str:
-    """A source as the shipped index may show it: an address as it is; in any other source (a file, a
-    command run on a machine) every path shortened to its last part."""
-    if source.startswith(("http://", "https://")):
-        return source
-    return LOCAL_FOLDERS.sub("", source)
-
-
-LOCAL_FOLDERS = re.compile(r"(?<![\w.:/-])(?:/[^\s/]+)+/(?=[^\s/])")
-
-
-def _example(text: str, expected: tuple[str, ...], source: str, thread: str) -> Example:
-    """An example's lines: the line a pattern of its own id names first (when one does), then its error lines."""
-    from playbook.knowledge.failures import known_findings
-    from playbook.knowledge.logtext import LogText
-
-    log = LogText.from_text(text)
-    lines = [fold_for_similarity(log.matched(f.line_number))[:CHARS_PER_LINE]
-             for f in known_findings(log) if f.id in expected and f.line_number][:1]
-    lines += [line for line in error_lines_of(log) if line not in lines]
-    return Example(expected[0], source, thread, tuple(lines[:LINES_PER_EXAMPLE]), expected)
-
-
-def index_document(repo: Path) -> dict[str, Any]:
-    """What ``similarity_index.json`` holds for the checkout at ``repo``."""
-    examples = examples_from(repo)
-    threshold = measure_threshold(Index(examples), queries=query_lines_from(repo))
-    return {
-        "about": "written by scripts/write-similarity-index.py from tests/data/failures and tests/data/corpus/train; "
-                 "do not edit",
-        "threshold": threshold.__dict__,
-        "examples": [{"id": e.id, "source": e.source, "thread": e.thread, "expected": list(e.expected),
-                      "lines": list(e.lines)} for e in examples],
-    }
-
-
-def write_index(repo: Path, destination: Path) -> Threshold:
-    document = index_document(repo)
-    destination.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return Threshold(**document["threshold"])

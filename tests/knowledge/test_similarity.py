@@ -16,9 +16,11 @@ from playbook.knowledge.failures import (
     diagnose_log,
     first_failure,
     load_knowledge_base,
+    nearest_failure,
     seems_failed,
     unrecognised,
 )
+from playbook.knowledge.index_writer import index_document
 from playbook.knowledge.logtext import LogText
 from playbook.knowledge.similarity import (
     INDEX_FILE,
@@ -28,9 +30,7 @@ from playbook.knowledge.similarity import (
     Index,
     Threshold,
     held_out_outcomes,
-    index_document,
     measure_threshold,
-    nearest_failure,
     shipped_index,
     threshold_of,
 )
