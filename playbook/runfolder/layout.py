@@ -12,10 +12,11 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
     verify-logs/attempt-N/  throughput-attempt-N.csv/.png/.svg
     llama-bench-attempt-N.log  tune-attempt-N.json/.md  rpc-attempt-N.png/.svg  rpc-server-build-attempt-N.log
+    tune-build-attempt-N.log  tune-wheelhouse/attempt-N/*.whl        verify.tune_build_flags: the rebuilt wheel
     verify-logs/attempt-N/: install.log probe.log symbols.log cuobjdump.log logits-cpu.log logits-gpu.log
                             bench-ngl-L.log server.log tune-ngl-L-NNN.log     each verify unit's children
                             yardstick-pair-NN.log rpc-server.log rpc-logits-cpu.log rpc-logits-rpc.log
-                            rpc-bench-ngl-L.log
+                            rpc-bench-ngl-L.log tune-install.log
     history/NNN-<step>[-attempt-N]/                                  earlier executions, moved aside
     report/                                                          derived HTML (playbook report)
 """
@@ -71,13 +72,14 @@ LOCK = ".run.lock"
 
 DETECT_FACTS = "detect.json"
 WHEELHOUSE = "wheelhouse"
+TUNE_WHEELHOUSE = "tune-wheelhouse"  # verify.tune_build_flags: wheels rebuilt with a candidate flag, never the verified
 VERIFY_LOGS = "verify-logs"
 
 # The step that writes each per-attempt file stem; plan-attempt-N (N > 1) is repair's, of attempt N-1.
 STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
               "throughput": Step.VERIFY, "llama-bench": Step.VERIFY, "tune": Step.VERIFY,
-              "rpc": Step.VERIFY, "rpc-server-build": Step.VERIFY}
-FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY}
+              "rpc": Step.VERIFY, "rpc-server-build": Step.VERIFY, "tune-build": Step.VERIFY}
+FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY, TUNE_WHEELHOUSE: Step.VERIFY}
 # Copies of the newest attempt's facts that playbooks before the run-folder layout wrote; read, never written.
 LEGACY_LATEST = {"plan.json": Step.CONFIGURE, "build.json": Step.BUILD, "diagnosis.json": Step.REPAIR,
                  "verify.json": Step.VERIFY}
@@ -268,6 +270,22 @@ class Layout:
         """verify.tune's report, in Markdown."""
         return self._attempt_file("tune", attempt, ".md")
 
+    def tune_wheel_dir(self, attempt: int) -> Path:
+        """verify.tune_build_flags: the wheels rebuilt with a candidate build flag (never the verified wheel's folder)."""
+        return self.root / TUNE_WHEELHOUSE / f"attempt-{attempt}"
+
+    def tune_build_log(self, attempt: int) -> Path:
+        """verify.tune_build_flags: the rebuilds' build output."""
+        return self._attempt_file("tune-build", attempt, ".log")
+
+    def tune_install_log(self, attempt: int) -> Path:
+        """verify.tune_build_flags: pip's output installing a rebuilt wheel alone."""
+        return self.verify_logs(attempt) / "tune-install.log"
+
+    def for_tune_build(self) -> Layout:
+        """This run folder as the build sees it when the tune rebuilds: its wheel and log under the tune's names."""
+        return TuneBuildLayout(self.root)
+
     def attempts(self, stem: str) -> list[int]:
         """The attempt numbers of ``<stem>-attempt-N.json`` in the folder, in order."""
         return sorted(int(m["attempt"]) for p in self.root.glob(f"{stem}-attempt-*.json")
@@ -279,6 +297,18 @@ class Layout:
 
     def _attempt_file(self, stem: str, attempt: int, suffix: str) -> Path:
         return self.root / f"{stem}-attempt-{attempt}{suffix}"
+
+
+class TuneBuildLayout(Layout):
+    """The layout :func:`playbook.steps.build.run_build` writes through when verify.tune_build_flags rebuilds: the
+    wheel goes to the tune's wheelhouse and the output to the tune's build log, so the verified wheel and its build
+    log stay as they are."""
+
+    def wheel_dir(self, attempt: int) -> Path:
+        return self.tune_wheel_dir(attempt)
+
+    def build_log(self, attempt: int) -> Path:
+        return self.tune_build_log(attempt)
 
 
 def owner_of(relative: Path | str) -> Owner | None:
