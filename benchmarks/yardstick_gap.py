@@ -280,9 +280,10 @@ def add_child_samples(samples: dict, got: dict, args: argparse.Namespace) -> Non
             n_tokens = args.n_gen if test == "tg" else args.n_prompt
             entry = samples.setdefault(variant, {}).setdefault(ngl, {}).setdefault(test, {"samples": []})
             entry["samples"].append(statistics.median(n_tokens / s for s in seconds))
-            if key + ":inside" in point:
-                entry.setdefault("inside_ms_per_token", []).append(
-                    statistics.median(1000 * s / n_tokens for s in point[key + ":inside"]))
+            if key + ":inside" in point:  # the loop's time outside llama_decode/llama_synchronize, per repetition
+                outside = [(total - inside) * 1000 / n_tokens for total, inside in zip(
+                    seconds, point[key + ":inside"], strict=True)]
+                entry.setdefault("python_ms_per_token", []).append(statistics.median(outside))
 
 
 # ---------------------------------------------------------------- the analysis (pure)
@@ -347,11 +348,11 @@ class Layer:
 
     def tg_gaps(self) -> list[Gap]:
         bench, lean, eval_ = self.t(BENCH, "tg"), self.t("low-level", "tg"), self.t("Llama.eval", "tg")
-        inside = self.samples.get("low-level", {}).get(self.ngl, {}).get("tg", {}).get("inside_ms_per_token")
+        outside = self.samples.get("low-level", {}).get(self.ngl, {}).get("tg", {}).get("python_ms_per_token")
         if bench is None or lean is None:
             return []
         python_side = [Component("Python side of the lean loop (its time outside llama_decode/llama_synchronize)",
-                                 lean - statistics.median(inside))] if inside else []
+                                 statistics.median(outside))] if outside else []
         gaps = []
         for variant in TG_VARIANTS:
             own = self.t(variant, "tg")
