@@ -396,7 +396,7 @@ def side_by_side(defaults: BenchSettings, best: BenchSettings, n_gpu_layers: int
     for round_number in range(rounds):
         for name, settings, measure_side, side_label in sides:
             measured[name].append(measure_side(settings, n_gpu_layers, f"side by side {round_number + 1}: {side_label}"))
-    rows = []
+    rows: list[GainRow] = []
     good = {name: [t for t in trials if t.status == "ok"] for name, trials in measured.items()}
     if not good["defaults"] or not good["tuned"]:
         return rows
@@ -520,7 +520,7 @@ def recommend(workload: str, found: BenchSettings, defaults: BenchSettings, rows
     if found == defaults:
         recommendation = Recommendation(workload, defaults, kept_defaults=(
             f"keep the defaults: no setting was faster in {workload} at every depth"))
-    elif not own or (slower := [row for row in own if row.gain < 1.0]):
+    elif not own or any(row.gain < 1.0 for row in own):
         worst = min(own, key=lambda row: row.gain) if own else None
         changed = ", ".join(f"{k}={a}" for k, (a, _) in differences(found, defaults).items())
         recommendation = Recommendation(workload, defaults, own, kept_defaults=(
@@ -652,7 +652,7 @@ def _add_llama_bench(target: TuneTarget, bench: Bench, depths: list[int], log: C
     try:
         runs = {settings: bench(settings, target.n_gpu_layers, depths)
                 for settings in dict.fromkeys([target.defaults, *(r.settings for r in tuned)])}
-    except Exception as error:  # llama-bench is a yardstick: the binding's own numbers stand without it
+    except Exception as error:  # noqa: BLE001 - llama-bench is a yardstick: the binding's own numbers stand without it
         log(f"  llama-bench with the same settings failed: {type(error).__name__}: {error}")
         return
 
@@ -682,13 +682,13 @@ def trial_from_child(label: str, n_gpu_layers: int, settings: BenchSettings, sta
 
 def report_markdown(result: TuneResult, goal_depth: int = 4096, goal_gain: float = 1.10) -> str:
     lines = [f"# Runtime tuning of {result.model_path}", "",
-             f"pp{result.n_prompt} and tg{result.n_gen}, {result.repetitions} repetitions, at depths "
+             (f"pp{result.n_prompt} and tg{result.n_gen}, {result.repetitions} repetitions, at depths "
              f"{', '.join(map(str, result.depths))} (tokens already in the KV cache, llama-bench's -d). The search "
              "starts from what `Llama(model_path, n_gpu_layers=N)` runs with and changes one setting at a time, for "
              "each workload: prompt-heavy (pp) and generation-heavy (tg). A change is kept for a workload when its "
              f"geometric mean over the depths gains more than {MIN_GAIN:.0%} there and it is slower than the "
              "defaults at no depth; the gain is measured afterwards, defaults and tuned settings alternately, in the "
-             "same run, and a setting slower there on its own metric is not recommended.", ""]
+             "same run, and a setting slower there on its own metric is not recommended."), ""]
     lines += _flag_build_lines(result)
     for target in result.targets:
         lines += [f"## n_gpu_layers={target.n_gpu_layers}: {target.why}", ""]
@@ -696,8 +696,8 @@ def report_markdown(result: TuneResult, goal_depth: int = 4096, goal_gain: float
             lines += [f"Not tuned: {target.error}", ""]
             continue
         if target.stopped:
-            lines += [f"The search did not finish: {target.stopped}. The gains below are measured for what it "
-                      "had found.", ""]
+            lines += [(f"The search did not finish: {target.stopped}. The gains below are measured for what it "
+                      "had found."), ""]
         for recommendation in target.recommendations:
             lines += _recommendation_lines(result, target, recommendation, goal_depth, goal_gain)
         lines += _cpu_costs(target, result.depths)
@@ -725,8 +725,8 @@ def _recommendation_lines(result: TuneResult, target: TuneTarget, recommendation
     lines += ["Changed from the defaults: " + (", ".join(f"{k} {b} → {a}" for k, (a, b) in changed.items())
                                                or recommendation.kept_defaults), ""]
     if recommendation.gains:
-        lines += ["| depth | test | defaults t/s | tuned t/s | gain | llama-bench defaults | llama-bench tuned | "
-                  "llama-bench gain |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [("| depth | test | defaults t/s | tuned t/s | gain | llama-bench defaults | llama-bench tuned | "
+                  "llama-bench gain |"), "|---:|---|---:|---:|---:|---:|---:|---:|"]
         for row in recommendation.gains:
             lines.append(f"| {row.depth} | {row.test} | {row.defaults:.1f} | {row.tuned:.1f} | {row.gain:.3f}× | "
                          f"{_rate(row.bench_defaults)} | {_rate(row.bench_tuned)} | "
@@ -736,8 +736,8 @@ def _recommendation_lines(result: TuneResult, target: TuneTarget, recommendation
         return lines
     goal = [row.gain for row in recommendation.gains if row.depth == goal_depth]
     if goal:
-        lines += [f"Goal {goal_gain:.2f}× at depth {goal_depth} in {workload}: "
-                  f"{'met' if max(goal) >= goal_gain else 'not met'} ({max(goal):.3f}×).", ""]
+        lines += [(f"Goal {goal_gain:.2f}× at depth {goal_depth} in {workload}: "
+                  f"{'met' if max(goal) >= goal_gain else 'not met'} ({max(goal):.3f}×)."), ""]
     kwargs = ", ".join(f"{name}={value}" for name, value in recommendation.llama_kwargs.items())
     pool = threadpool_lines(recommendation.settings)
     lines += ["Ready to paste:", "", "```python", "import llama_cpp",
@@ -765,8 +765,8 @@ def _cpu_costs(target: TuneTarget, depths: list[int]) -> list[str]:
     rows = [t for t in target.trials[1:] if t.label.startswith(("threads=", "thread pool"))]
     if reference is None or reference.status != "ok" or not rows:
         return []
-    lines = [f"What threads and polling cost with layers on the CPU (against the defaults' {reference.settings.threads}"
-             " threads, no pool attached; ratios of tokens/s):", "",
+    lines = [(f"What threads and polling cost with layers on the CPU (against the defaults' {reference.settings.threads}"
+             " threads, no pool attached; ratios of tokens/s):"), "",
              "| trial | " + " | ".join(f"d{d} {t}" for d in depths for t in TESTS) + " |",
              "|---|" + "---:|" * (2 * len(depths))]
     for trial in rows:
