@@ -154,6 +154,9 @@ class FlagRecommendation:
     """Why the flag is not recommended ("" when it is)."""
     llama_kwargs: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    without_flag: list[GainRow] = field(default_factory=list)
+    """The workload's runtime-only recommendation on the verified wheel against the defaults, in the same rounds
+    ([] where that is the defaults): what the flag must beat."""
 
 
 @dataclass
@@ -387,23 +390,35 @@ def measure_defaults(defaults: BenchSettings, n_gpu_layers: int, measure: Measur
 
 
 def side_by_side(defaults: BenchSettings, best: BenchSettings, n_gpu_layers: int, measure: Measure,
-                 rounds: int = 2, measure_tuned: Measure | None = None, label: str = "tuned") -> list[GainRow]:
+                 rounds: int = 2) -> list[GainRow]:
     """Defaults and best measured alternately (``rounds`` times each, so drift hits both); the gain is the
-    median of the best's rates over the median of the defaults'. ``measure_tuned``: the best's measurement where it
-    runs on another wheel (a rebuilt one), named ``label``."""
-    measured: dict[str, list[TuneTrial]] = {"defaults": [], "tuned": []}
-    sides = (("defaults", defaults, measure, "defaults"), ("tuned", best, measure_tuned or measure, label))
+    median of the best's rates over the median of the defaults'."""
+    measured = alternately([("defaults", defaults, measure), ("tuned", best, measure)], n_gpu_layers, rounds)
+    return gain_rows(measured["defaults"], measured["tuned"])
+
+
+Side = tuple[str, BenchSettings, Measure]  # a name, the settings, and how to measure them (on which wheel)
+
+
+def alternately(sides: list[Side], n_gpu_layers: int, rounds: int) -> dict[str, list[TuneTrial]]:
+    """Every side once per round, in turn, ``rounds`` times: drift falls on all of them."""
+    measured: dict[str, list[TuneTrial]] = {name: [] for name, _, _ in sides}
     for round_number in range(rounds):
-        for name, settings, measure_side, side_label in sides:
-            measured[name].append(measure_side(settings, n_gpu_layers, f"side by side {round_number + 1}: {side_label}"))
-    rows: list[GainRow] = []
-    good = {name: [t for t in trials if t.status == "ok"] for name, trials in measured.items()}
-    if not good["defaults"] or not good["tuned"]:
-        return rows
-    for depth in good["defaults"][0].rates:
+        for name, settings, measure in sides:
+            measured[name].append(measure(settings, n_gpu_layers, f"side by side {round_number + 1}: {name}"))
+    return measured
+
+
+def gain_rows(defaults: list[TuneTrial], tuned: list[TuneTrial]) -> list[GainRow]:
+    """Per depth and test: the median of the tuned trials' rates over the median of the defaults'."""
+    good = [t for t in defaults if t.status == "ok"], [t for t in tuned if t.status == "ok"]
+    if not good[0] or not good[1]:
+        return []
+    rows = []
+    for depth in good[0][0].rates:
         for test in TESTS:
-            before = statistics.median(t.rates[depth][test] for t in good["defaults"])
-            after = statistics.median(t.rates[depth][test] for t in good["tuned"])
+            before = statistics.median(t.rates[depth][test] for t in good[0])
+            after = statistics.median(t.rates[depth][test] for t in good[1] if depth in t.rates)
             rows.append(GainRow(int(depth), test, round(before, 2), round(after, 2), round(after / before, 3)))
     return rows
 
@@ -577,28 +592,43 @@ def geometric_gain(rows: list[GainRow]) -> float:
     return math.exp(statistics.fmean(math.log(row.gain) for row in rows)) if rows else 1.0
 
 
-def recommend_build_flag(current: Recommendation, flag: BuildFlag, measured: list[tuple[BenchSettings, list[GainRow]]],
+@dataclass
+class FlagMeasurement:
+    """One candidate measured on the rebuilt wheel, in the same rounds as the defaults and, where they differ from
+    the defaults, the workload's runtime-only recommendation on the verified wheel."""
+
+    settings: BenchSettings
+    rebuilt: list[GainRow]
+    """The rebuilt wheel with ``settings`` against the defaults."""
+    without_flag: dict[str, list[GainRow]] = field(default_factory=dict)
+    """Per workload whose recommendation is not the defaults: that recommendation against the defaults."""
+
+
+def recommend_build_flag(current: Recommendation, flag: BuildFlag, measured: list[FlagMeasurement],
                          depths: list[int], n_gpu_layers: int) -> FlagRecommendation:
     """The flag for ``current``'s workload where a candidate on the rebuilt wheel is no slower than the defaults at
-    any depth on the workload's test and beats the runtime-only recommendation (``current``) by :data:`MIN_GAIN`;
-    else not, with why. ``measured``: each candidate's side-by-side rows against the defaults."""
+    any depth on the workload's test, and beats by :data:`MIN_GAIN` what the verified wheel reaches without the flag
+    in the same rounds (the workload's runtime-only recommendation, or the defaults); else not, with why."""
     workload = current.workload
-    own = [(settings, [row for row in rows if row.test == workload]) for settings, rows in measured]
-    complete = [(s, rows) for s, rows in own if {row.depth for row in rows} >= set(depths) and rows]
+    own = [(m, [row for row in m.rebuilt if row.test == workload]) for m in measured]
+    complete = [(m, rows) for m, rows in own if rows and {row.depth for row in rows} >= set(depths)]
     if not complete:
-        return _flag_choice(current, flag, own[0][0] if own else current.settings, [], n_gpu_layers,
+        return _flag_choice(current, flag, own[0][0].settings if own else current.settings, [], n_gpu_layers,
                             "the rebuilt wheel could not be measured at every depth")
-    settings, rows = max(complete, key=lambda candidate: geometric_gain(candidate[1]))
-    baseline = geometric_gain(current.gains) if not current.kept_defaults else 1.0
+    chosen, rows = max(complete, key=lambda candidate: geometric_gain(candidate[1]))
+    without = [row for row in chosen.without_flag.get(workload, []) if row.test == workload]
+    baseline = geometric_gain(without)
     worst = min(rows, key=lambda row: row.gain)
     if worst.gain < 1.0:
         why = f"slower than the defaults in {workload} at depth {worst.depth} ({worst.gain:.3f}×)"
     elif geometric_gain(rows) <= baseline * (1 + MIN_GAIN):
         why = (f"{geometric_gain(rows):.3f}× the defaults in {workload}, not {MIN_GAIN:.0%} more than the "
-               f"{'runtime settings alone' if not current.kept_defaults else 'defaults'} ({baseline:.3f}×)")
+               f"{'runtime settings alone' if without else 'defaults'} on the verified wheel ({baseline:.3f}×)")
     else:
         why = ""
-    return _flag_choice(current, flag, settings, rows, n_gpu_layers, why and f"not recommended: {why}")
+    choice = _flag_choice(current, flag, chosen.settings, rows, n_gpu_layers, why and f"not recommended: {why}")
+    choice.without_flag = without
+    return choice
 
 
 def _flag_choice(current: Recommendation, flag: BuildFlag, settings: BenchSettings, rows: list[GainRow],
@@ -609,15 +639,29 @@ def _flag_choice(current: Recommendation, flag: BuildFlag, settings: BenchSettin
 
 def measure_build_flag(target: TuneTarget, flag: BuildFlag, measure: Measure, measure_rebuilt: Measure,
                        depths: list[int], rounds: int = 2) -> list[FlagRecommendation]:
-    """Each of the flag's trials on the rebuilt wheel beside the defaults on the verified one, alternately; one
-    :class:`FlagRecommendation` per workload."""
+    """Each of the flag's trials on the rebuilt wheel, alternately with the defaults and the runtime-only
+    recommendations it is to beat on the verified wheel; one :class:`FlagRecommendation` per workload."""
     trials = flag_trials(flag, target.recommendations)
-    label = "rebuilt " + " ".join(flag.cmake_args)
-    rows = {settings: side_by_side(target.defaults, settings, target.n_gpu_layers, measure, rounds,
-                                   measure_tuned=measure_rebuilt, label=label) for settings in trials}
-    return [recommend_build_flag(current, flag, [(s, rows[s]) for s, workloads in trials.items()
-                                                 if current.workload in workloads], depths, target.n_gpu_layers)
-            for current in target.recommendations]
+    measured = {settings: measure_candidate(target, settings, workloads, measure, measure_rebuilt,
+                                            "rebuilt " + " ".join(flag.cmake_args), rounds)
+                for settings, workloads in trials.items()}
+    return [recommend_build_flag(current, flag, [m for s, m in measured.items() if current.workload in trials[s]],
+                                 depths, target.n_gpu_layers) for current in target.recommendations]
+
+
+def measure_candidate(target: TuneTarget, settings: BenchSettings, workloads: list[str], measure: Measure,
+                      measure_rebuilt: Measure, label: str, rounds: int) -> FlagMeasurement:
+    """The defaults, each served workload's recommendation that is not the defaults, and ``settings`` on the rebuilt
+    wheel, alternately."""
+    without = {r.workload: r.settings for r in target.recommendations
+               if r.workload in workloads and r.settings != target.defaults}
+    names = {s: f"without the flag: {'+'.join(w for w, x in without.items() if x == s)} settings"
+             for s in dict.fromkeys(without.values())}
+    sides: list[Side] = [("defaults", target.defaults, measure), *((name, s, measure) for s, name in names.items()),
+                         (label, settings, measure_rebuilt)]
+    trials = alternately(sides, target.n_gpu_layers, rounds)
+    return FlagMeasurement(settings, gain_rows(trials["defaults"], trials[label]),
+                           {w: gain_rows(trials["defaults"], trials[names[s]]) for w, s in without.items()})
 
 
 # The wheel rebuilt with a flag, and how to measure on it (None where it did not build or install).
@@ -808,9 +852,14 @@ def _build_flag_lines(result: TuneResult, target: TuneTarget) -> list[str]:
         args = " ".join(choice.cmake_args)
         lines += [f"### Build flag `{args}` for {WORKLOADS[choice.workload]}: {choice.workload}", ""]
         if choice.gains:
-            lines += ["| depth | test | defaults t/s (verified wheel) | rebuilt t/s | gain |", "|---:|---|---:|---:|---:|",
-                      *(f"| {r.depth} | {r.test} | {r.defaults:.1f} | {r.tuned:.1f} | {r.gain:.3f}× |"
-                        for r in choice.gains), ""]
+            without = {(r.depth, r.test): r for r in choice.without_flag}
+            lines += ["| depth | test | defaults t/s | without the flag t/s | gain | rebuilt t/s | gain |",
+                      "|---:|---|---:|---:|---:|---:|---:|"]
+            for r in choice.gains:
+                w = without.get((r.depth, r.test))
+                alone = f"{w.tuned:.1f} | {w.gain:.3f}×" if w else "(the defaults) | 1.000×"
+                lines.append(f"| {r.depth} | {r.test} | {r.defaults:.1f} | {alone} | {r.tuned:.1f} | {r.gain:.3f}× |")
+            lines.append("")
         if choice.kept:
             lines += [f"`{args}` with " + (", ".join(f"{k} {b} → {a}" for k, (a, b) in differences(
                 choice.settings, target.defaults).items()) or "the defaults") + f": {choice.kept}.", ""]

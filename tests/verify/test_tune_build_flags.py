@@ -16,6 +16,7 @@ from playbook.verify.settings import BenchSettings, llama_class_defaults
 from playbook.verify.tune import (
     BuildFlag,
     FlagBuild,
+    FlagMeasurement,
     GainRow,
     Recommendation,
     TuneTrial,
@@ -60,24 +61,31 @@ def test_a_flag_is_recommended_only_where_it_beats_the_defaults_at_every_depth_a
     fast = DEFAULTS.replace(flash_attn="on", type_k="q8_0")
     runtime_only = Recommendation("tg", DEFAULTS.replace(flash_attn="on"), rows("tg", 1.10, 1.10))
     kept_defaults = Recommendation("tg", DEFAULTS, kept_defaults="keep the defaults: ...")
+    same_rounds = {"tg": rows("tg", 1.10, 1.10)}  # the runtime-only settings, measured in the same rounds
 
-    chosen = recommend_build_flag(runtime_only, flag, [(fast, rows("tg", 1.15, 1.30))], [0, 4096], 33)
+    chosen = recommend_build_flag(runtime_only, flag, [FlagMeasurement(fast, rows("tg", 1.15, 1.30), same_rounds)],
+                                  [0, 4096], 33)
     assert not chosen.kept and chosen.cmake_args == [FA_FLAG] and chosen.settings == fast
     assert chosen.llama_kwargs["type_k"] == "llama_cpp.GGML_TYPE_Q8_0" and chosen.llama_kwargs["flash_attn"] == "True"
+    assert chosen.without_flag == same_rounds["tg"]
 
-    slower_at_depth = recommend_build_flag(kept_defaults, flag, [(fast, rows("tg", 1.40, 0.95))], [0, 4096], 33)
+    slower_at_depth = recommend_build_flag(kept_defaults, flag, [FlagMeasurement(fast, rows("tg", 1.40, 0.95))],
+                                           [0, 4096], 33)
     assert slower_at_depth.kept == "not recommended: slower than the defaults in tg at depth 4096 (0.950×)"
 
-    no_better = recommend_build_flag(runtime_only, flag, [(fast, rows("tg", 1.11, 1.11))], [0, 4096], 33)
-    assert no_better.kept.startswith("not recommended: 1.110× the defaults in tg, not 2% more than the runtime "
-                                     "settings alone (1.100×)")
-    # against the defaults alone, the same rows win
-    assert not recommend_build_flag(kept_defaults, flag, [(fast, rows("tg", 1.11, 1.11))], [0, 4096], 33).kept
+    no_better = recommend_build_flag(runtime_only, flag, [FlagMeasurement(fast, rows("tg", 1.11, 1.11), same_rounds)],
+                                     [0, 4096], 33)
+    assert no_better.kept == ("not recommended: 1.110× the defaults in tg, not 2% more than the runtime settings "
+                              "alone on the verified wheel (1.100×)")
+    # where the workload keeps the defaults, the same rows win
+    assert not recommend_build_flag(kept_defaults, flag, [FlagMeasurement(fast, rows("tg", 1.11, 1.11))],
+                                    [0, 4096], 33).kept
 
-    unmeasured = recommend_build_flag(kept_defaults, flag, [(fast, rows("tg", 1.2, 1.2)[:1])], [0, 4096], 33)
+    unmeasured = recommend_build_flag(kept_defaults, flag, [FlagMeasurement(fast, rows("tg", 1.2, 1.2)[:1])],
+                                      [0, 4096], 33)
     assert unmeasured.kept == "the rebuilt wheel could not be measured at every depth"
     # the pp rows of a trial measured for both workloads do not decide for tg
-    assert recommend_build_flag(kept_defaults, flag, [(fast, rows("pp", 2.0, 2.0))], [0, 4096], 33).kept
+    assert recommend_build_flag(kept_defaults, flag, [FlagMeasurement(fast, rows("pp", 2.0, 2.0))], [0, 4096], 33).kept
 
 
 def fa_speed(rebuilt: bool):
@@ -113,12 +121,23 @@ def test_the_rebuilt_wheel_is_measured_beside_the_defaults_and_reported_with_the
         return FlagBuild(flag.cmake_args, True, "/run/tune-wheelhouse/attempt-1/x.whl", "ab" * 32, 41.0,
                          ccache="271 hits, 12 misses", log_file="tune-build-attempt-1.log"), on_rebuilt
 
-    tune_build_flags(result, flags, rebuild, fa_speed(rebuilt=False), rounds=2, log=lambda line: None)
-    assert sides and all(label.endswith(f"rebuilt {FA_FLAG}") for label in sides)
+    verified: list[str] = []
+
+    def on_verified(settings, ngl, label):
+        verified.append(label)
+        return fa_speed(rebuilt=False)(settings, ngl, label)
+
+    tune_build_flags(result, flags, rebuild, on_verified, rounds=2, log=lambda line: None)
+    # one candidate serves both workloads (q8_0/f16 with flash attention on either's settings); each round measures
+    # the defaults, pp's runtime-only settings (flash attention) on the verified wheel, then the rebuilt wheel
+    assert verified == ["side by side 1: defaults", "side by side 1: without the flag: pp settings",
+                        "side by side 2: defaults", "side by side 2: without the flag: pp settings"]
+    assert sides == [f"side by side {n}: rebuilt {FA_FLAG}" for n in (1, 2)]
     prompts, generation = target.build_flags
     # faster than the defaults in pp, but slower than flash attention alone on the verified wheel: not worth a rebuild
     assert prompts.workload == "pp" and prompts.kept == ("not recommended: 1.170× the defaults in pp, not 2% more "
-                                                         "than the runtime settings alone (1.300×)")
+                                                         "than the runtime settings alone on the verified wheel "
+                                                         "(1.300×)")
     assert generation.workload == "tg" and not generation.kept
     assert (generation.settings.flash_attn, generation.settings.type_k, generation.settings.type_v) == ("on", "q8_0",
                                                                                                         "f16")
@@ -201,7 +220,10 @@ def test_tune_build_flags_rebuild_the_real_cpu_wheel_and_measure_it(tmp_path, cp
                                                                     this_machine):
     """verify.tune_build_flags on the CPU wheel: rebuilt with -DGGML_LLAMAFILE=OFF through the build step (the plan
     of the cpu_wheel fixture, whose session cache holds its ccache when it built the wheel), installed alone, measured
-    beside the defaults on the verified wheel, and reported with the CMake and Llama(...) arguments together."""
+    beside the defaults on the verified wheel, and reported with the CMake and Llama(...) arguments together.
+    PLAYBOOK_TEST_CACHE, as for built_rpc_server, keeps the rebuild's cache between sessions (its wheel cache then
+    serves the rebuilt wheel), beside PLAYBOOK_TEST_WHEEL."""
+    import os
     import sys
 
     from playbook.files import sha256_of
@@ -210,7 +232,8 @@ def test_tune_build_flags_rebuild_the_real_cpu_wheel_and_measure_it(tmp_path, cp
     from playbook.verify.step import VerifyRequest, VerifyTarget, run_verify
     from playbook.verify.tune_build import wheel_builder
 
-    source, cache = pinned_source
+    source, session_cache = pinned_source
+    cache = Path(os.environ.get("PLAYBOOK_TEST_CACHE") or session_cache)
     plan = configure(this_machine, load_params(PARAMS_DIR / "cpu-portable.yaml", [f"build.cache_dir={cache}"]))
     params = load_params(PARAMS_DIR / "cpu-portable.yaml", [
         f"model.path={tiny_f16_model}", "model.quant=F16", "verify.tune=true", "verify.tune_build_flags=true",
