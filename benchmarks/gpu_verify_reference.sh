@@ -10,11 +10,19 @@
 #                                                 scripts/gpu-acceptance.sh runs as the gate, with its verdict)
 #   benchmarks/gpu_verify_reference.sh tune       the 7B tune (params/gpu-tune.yaml), the wheel from the wheel cache
 #   benchmarks/gpu_verify_reference.sh resume     playbook resume on the newest run (one a command's limit cut short)
+#   benchmarks/gpu_verify_reference.sh prebuild-fa-quants
+#                                                 the 7B wheel with the flash-attention kernels the tune's rebuild
+#                                                 adds (verify.tune_build_flags), into the wheel cache and ccache, with
+#                                                 a short verify: the CUDA objects all recompile (the flag changes
+#                                                 ggml-cuda's compile definitions), so this takes a command of its own
+#   benchmarks/gpu_verify_reference.sh tune-build-flags
+#                                                 the 7B tune with verify.tune_build_flags: true (tune budget 240 s);
+#                                                 its rebuild then comes from the wheel cache
 #
 # Everything goes under $WORK (default outputs/gpu-reference: ignored by git, kept between commands on one machine):
 # cache/ (ccache, wheel cache, models), runs/ (the run folders), and results/<step>.log. PYTHON picks the interpreter.
 set -uo pipefail
-case "${1:-}" in build|tune|resume) ;; *) sed -n '2,15p' "$0"; exit 2 ;; esac
+case "${1:-}" in build|tune|resume|prebuild-fa-quants|tune-build-flags) ;; *) sed -n '2,23p' "$0"; exit 2 ;; esac
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python="${PYTHON:-python3}"
 work="$(mkdir -p "${WORK:-outputs/gpu-reference}" && cd "${WORK:-outputs/gpu-reference}" && pwd)"
@@ -43,13 +51,25 @@ case "${1:-}" in
     "$python" -m playbook run --params params/gpu-tune.yaml "${source_args[@]}" --output "$work/runs"
     log "tune: exit status $?"
     ;;
+  prebuild-fa-quants)
+    # the argument the tune's rebuild adds to the plan's (the wheel cache's key ignores the arguments' order)
+    flag="$("$python" -c 'from playbook.verify.tune import build_flag_candidates as c; print(c("cuda", [])[0].cmake_args[0])')"
+    "$python" -m playbook run --params params/gpu-tune.yaml "${source_args[@]}" --output "$work/runs" \
+      --set "build.cmake_args=[\"$flag\"]" --set verify.tune=false --set verify.sweep_points=1
+    log "prebuild with $flag: exit status $?"
+    ;;
+  tune-build-flags)
+    "$python" -m playbook run --params params/gpu-tune.yaml "${source_args[@]}" --output "$work/runs" \
+      --set verify.tune_build_flags=true --set verify.tune_budget_s=240
+    log "tune with build flags: exit status $?"
+    ;;
   resume)
     run="$(newest_run)"
     "$python" -m playbook resume "$run"
     log "resume $run: exit status $?"
     ;;
   *)
-    sed -n '2,15p' "$0"
+    sed -n '2,23p' "$0"
     exit 2
     ;;
 esac

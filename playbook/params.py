@@ -147,6 +147,11 @@ class VerifyParams:
     gpu_memory_budget: int = 0
     # Seconds the tune may take; it stops its search in time to measure what it found, and says so. 0: no limit.
     tune_budget_s: int = at_least(0, 0)
+    # With tune: also rebuild the wheel with each build flag its backend offers (CUDA: the flash-attention kernels of
+    # the K/V cache types the build lacks; CPU: llamafile's matrix products toggled), through the build's ccache and
+    # wheel cache, and measure what needs it beside the defaults; the report gives the CMake arguments and Llama(...)
+    # arguments together. The rebuild and its trials come on top of tune_budget_s.
+    tune_build_flags: bool = False
 
 
 @dataclass
@@ -301,6 +306,8 @@ def check_params(params: Params) -> None:
                              f"({params.verify.n_batch}): llama.cpp splits a batch into micro-batches")
     if not params.verify.tune_depths or any(d < 0 for d in params.verify.tune_depths):
         raise ParameterError("verify.tune_depths takes one or more token counts of 0 or more, e.g. [0, 4096]")
+    if params.verify.tune_build_flags and not params.verify.tune:
+        raise ParameterError("verify.tune_build_flags rebuilds the wheel for the tune: it needs verify.tune: true")
     if params.verify.gpu_memory_budget < 0:
         raise ParameterError("verify.gpu_memory_budget is MiB of GPU memory, 0 for none")
 

@@ -68,6 +68,8 @@ class BackendUnit:
     """Peak resident memory of one compiler process on its sources, measured on llama.cpp's."""
     device_log_name: ClassVar[str] = ""
     """The name llama.cpp gives its buffers in a load log ("CUDA" in "CUDA0 model buffer size = ...")."""
+    tune_build_flags: ClassVar[str] = ""
+    """The kind of build flags verify.tune_build_flags may rebuild with ("flash-attention-kernels"); empty: none."""
     machine_code: ClassVar[str] = ""
     """The tool verify lists its library's machine code with ("cuobjdump"); empty when it compiles none of its own."""
     ggml_library: ClassVar[str] = ""

@@ -567,6 +567,7 @@ class CudaBackend(BackendUnit):
     mib_per_compile_job = 3 * GIB_MIB
     device_log_name = "CUDA"
     machine_code = "cuobjdump"
+    tune_build_flags = "flash-attention-kernels"
     platforms = ("linux", "wsl", "windows")
     status = "runs on the GPU machine"
 

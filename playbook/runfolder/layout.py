@@ -12,6 +12,7 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
     verify-logs/attempt-N/  throughput-attempt-N.csv/.png/.svg
     llama-bench-attempt-N.log  tune-attempt-N.json/.md  rpc-attempt-N.png/.svg  rpc-server-build-attempt-N.log
+    tune-build-attempt-N.log  tune-wheelhouse/attempt-N/*.whl        verify.tune_build_flags: the rebuilt wheel
     verify-logs/attempt-N/: install.log, then each verify unit's files under its namespace
                             (Layout.unit_files): probe.log symbols.log cuobjdump.log logits-cpu.log
                             bench-ngl-L.log server.log tune-ngl-L-NNN.log yardstick-pair-NN.log
@@ -71,14 +72,15 @@ LOCK = ".run.lock"
 
 DETECT_FACTS = "detect.json"
 WHEELHOUSE = "wheelhouse"
+TUNE_WHEELHOUSE = "tune-wheelhouse"  # verify.tune_build_flags: wheels rebuilt with a candidate flag, never the verified
 VERIFY_LOGS = "verify-logs"
 
 # The step that writes each per-attempt file stem; plan-attempt-N (N > 1) is repair's, of attempt N-1.
 # Verify's units' files beside the notebooks, kept under the names they had; a new unit's go in verify-logs/attempt-N/.
 BESIDE_NOTEBOOKS = ("throughput", "llama-bench", "tune", "rpc", "rpc-server-build")
 STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
-              **{stem: Step.VERIFY for stem in BESIDE_NOTEBOOKS}}
-FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY}
+              "tune-build": Step.VERIFY, **{stem: Step.VERIFY for stem in BESIDE_NOTEBOOKS}}
+FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY, TUNE_WHEELHOUSE: Step.VERIFY}
 # Copies of the newest attempt's facts that playbooks before the run-folder layout wrote; read, never written.
 LEGACY_LATEST = {"plan.json": Step.CONFIGURE, "build.json": Step.BUILD, "diagnosis.json": Step.REPAIR,
                  "verify.json": Step.VERIFY}
@@ -199,6 +201,22 @@ class Layout:
         a unit asks here for every name it writes, so a new unit adds no method to this module."""
         return UnitFiles(self, attempt, namespace)
 
+    def tune_wheel_dir(self, attempt: int) -> Path:
+        """verify.tune_build_flags: the wheels rebuilt with a candidate build flag (never the verified wheel's folder)."""
+        return self.root / TUNE_WHEELHOUSE / f"attempt-{attempt}"
+
+    def tune_build_log(self, attempt: int) -> Path:
+        """verify.tune_build_flags: the rebuilds' build output."""
+        return self._attempt_file("tune-build", attempt, ".log")
+
+    def tune_install_log(self, attempt: int) -> Path:
+        """verify.tune_build_flags: pip's output installing a rebuilt wheel alone."""
+        return self.verify_logs(attempt) / "tune-install.log"
+
+    def for_tune_build(self) -> Layout:
+        """This run folder as the build sees it when the tune rebuilds: its wheel and log under the tune's names."""
+        return TuneBuildLayout(self.root)
+
     def attempts(self, stem: str) -> list[int]:
         """The attempt numbers of ``<stem>-attempt-N.json`` in the folder, in order."""
         return sorted(int(m["attempt"]) for p in self.root.glob(f"{stem}-attempt-*.json")
@@ -248,6 +266,18 @@ class UnitFiles:
             raise ValueError(f"{stem}-attempt-N{suffix}: a verify unit's new files go in {VERIFY_LOGS}/attempt-N/ "
                              f"(unit_files(...).file or .log), not beside the notebooks")
         return self.layout.root / f"{stem}-attempt-{self.attempt}{suffix}"
+
+
+class TuneBuildLayout(Layout):
+    """The layout :func:`playbook.steps.build.run_build` writes through when verify.tune_build_flags rebuilds: the
+    wheel goes to the tune's wheelhouse and the output to the tune's build log, so the verified wheel and its build
+    log stay as they are."""
+
+    def wheel_dir(self, attempt: int) -> Path:
+        return self.tune_wheel_dir(attempt)
+
+    def build_log(self, attempt: int) -> Path:
+        return self.tune_build_log(attempt)
 
 
 def owner_of(relative: Path | str) -> Owner | None:

@@ -30,6 +30,7 @@ from playbook.runfolder.layout import Layout, UnitFiles
 from playbook.verify.result import UnitRecord, VerifyResult
 from playbook.verify.rpc_server import RpcServerBuild
 from playbook.verify.settings import BenchSettings
+from playbook.verify.tune import FlagBuild
 from playbook.verify.yardsticks import LlamaBench
 
 T = TypeVar("T")
@@ -38,6 +39,8 @@ T = TypeVar("T")
 Yardstick = Callable[[Path, list[int], BenchSettings], LlamaBench]
 # rpc-server from the wheel's own tree: (its build log) -> the build.
 RpcServerBuilder = Callable[[Path], RpcServerBuild]
+# verify.tune_build_flags: the wheel rebuilt with CMake arguments added (playbook.verify.tune_build).
+TuneWheelBuilder = Callable[[list[str]], FlagBuild]
 
 
 @dataclass
@@ -50,6 +53,8 @@ class VerifyTarget:
     """detect found a device for the plan's backend; without one the GPU checks are skipped, not failed."""
     backend: str = ""
     """The plan's backend (``cuda``, ``hip``, ``cpu`` ...), as messages name it."""
+    tune_build_flags: str = ""
+    """The kind of build flags verify.tune_build_flags may try for the backend (its unit's ``tune_build_flags``)."""
     machine_code: str = ""
     """The tool that lists the machine code the backend's library holds (its unit's ``machine_code``)."""
     gpu_targets: str = ""
@@ -101,6 +106,8 @@ class VerifyRequest:
     """llama-bench on the same build (verify.llama_bench), or None."""
     rpc_server: RpcServerBuilder | None = None
     """build.rpc: builds rpc-server from the wheel's tree (its log file given), or None."""
+    tune_rebuild: TuneWheelBuilder | None = None
+    """verify.tune_build_flags: rebuilds the wheel with CMake arguments added, or None."""
 
 
 @dataclass

@@ -33,6 +33,7 @@ from playbook.verify.measurement import (
 from playbook.verify.result import VerifyResult
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import default_threads
+from playbook.verify.tune_build import run_wheel_builder
 from playbook.verify.units.import_probe import COMPILED_ONLY, IMPORT_PROBE
 from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
@@ -135,6 +136,7 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
         gpu_present=bool(unit.device(facts)),
         backend=plan.backend,
         machine_code=unit.machine_code,
+        tune_build_flags=unit.tune_build_flags,
         gpu_targets=plan.gpu_targets,
         compiled_only=next((w.message for w in plan.warnings if w.code in COMPILED_ONLY_WARNINGS), ""),
         toolkit=plan.cuda_toolkit,
@@ -151,7 +153,9 @@ def verify_step(run: RunFolder, attempt: int, log: Callable[[str], None] = print
     request = VerifyRequest(layout, Path(build.wheel.path), params, target, Path(build.source.path), params.cache_dir,
                             build.attempt,
                             yardstick=llama_bench_yardstick(run, build, plan) if params.verify.llama_bench else None,
-                            rpc_server=rpc_server_builder(run, build, plan) if plan.rpc is not None else None)
+                            rpc_server=rpc_server_builder(run, build, plan) if plan.rpc is not None else None,
+                            tune_rebuild=run_wheel_builder(run, build, plan, facts)
+                            if params.verify.tune and params.verify.tune_build_flags else None)
     result = run_verify(request, log)
     run.write(result, layout.verify_result(build.attempt))
     if result.ok:

@@ -12,7 +12,10 @@ then measured again, alternately (:func:`side_by_side`); a setting that turns ou
 is not recommended, and the defaults stay. Where llama-bench was built, it runs with the same settings.
 
 The KV-cache types tried with flash attention are those the build has kernels for (:func:`fa_kv_pairs`): a
-pair without one runs attention on the CPU. Pairs that need a build flag are named in the report.
+pair without one runs attention on the CPU. Pairs that need a build flag are named in the report. With
+``verify.tune_build_flags`` the wheel is rebuilt with each candidate flag of its backend (:func:`build_flag_candidates`),
+and what needs the flag is measured on the rebuilt wheel beside the defaults on the verified one
+(:func:`tune_build_flags`): the report then gives the CMake arguments to add and the ``Llama(...)`` arguments together.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from playbook.verify.settings import BenchSettings, differences, llama_class_defaults, threadpool_lines
 from playbook.verify.yardsticks import BenchPoint
@@ -34,10 +38,13 @@ QUANTIZED_V_NEEDS_FLASH_ATTN = "a quantized V cache needs flash attention (llama
 # The workloads a recommendation is made for, by the test that measures each.
 WORKLOADS = {"pp": "prompt-heavy (long prompts, short answers)", "tg": "generation-heavy (chat, long answers)"}
 KV_PAIRS = (("f16", "f16"), ("q8_0", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0"))
-# ggml-cuda compiles flash-attention kernels for a K and V of the same type (f16, q8_0, q4_0) unless
-# GGML_CUDA_FA_ALL_QUANTS is on; another pair runs attention on the CPU (llama.cpp #28633: pp about 34 t/s
-# against 659-1094 t/s with the kernels built).
+# ggml-cuda compiles flash-attention kernels for the K/V type pairs GGML_CUDA_FA_QUANTS lists (the pinned llama.cpp,
+# ggml/cmake/common.cmake: "all", or pairs such as q8_0-f16 separated by commas; its default in ggml/CMakeLists.txt is
+# DEFAULT_FA_QUANTS, a K and V of the same type); another pair runs attention on the CPU (llama.cpp #28633: pp about
+# 34 t/s against 659-1094 t/s with the kernels built). GGML_CUDA_FA_ALL_QUANTS=ON, deprecated there, means "all".
+FA_QUANTS = "GGML_CUDA_FA_QUANTS"
 FA_ALL_QUANTS = "GGML_CUDA_FA_ALL_QUANTS"
+DEFAULT_FA_QUANTS = ("q4_0-q4_0", "q8_0-q8_0", "f16-f16", "bf16-bf16")
 
 
 @dataclass
@@ -102,6 +109,54 @@ class TuneTarget:
     threadpool_lines: list[str] = field(default_factory=list)  # Python lines that attach the tuned CPU thread pool
     recommendations: list[Recommendation] = field(default_factory=list)  # one per workload
     build_hints: list[str] = field(default_factory=list)  # faster settings this build cannot run, and the flag
+    build_flags: list[FlagRecommendation] = field(default_factory=list)  # verify.tune_build_flags: per flag, workload
+
+
+@dataclass
+class BuildFlag:
+    """A CMake argument that may make a faster configuration possible, and what to measure with it."""
+
+    cmake_args: list[str]
+    why: str
+    kv_pairs: list[str] = field(default_factory=list)
+    """K/V cache type pairs (``q8_0-f16``) whose flash-attention kernels the flag builds: those are measured, with
+    flash attention on; empty: the flag changes the build itself, so the recommended settings are measured again."""
+
+
+@dataclass
+class FlagBuild:
+    """The wheel rebuilt with a :class:`BuildFlag` (verify.tune_build_flags)."""
+
+    cmake_args: list[str]
+    ok: bool = False
+    wheel: str = ""  # the rebuilt wheel's path, in the run folder's tune wheelhouse
+    sha256: str = ""
+    duration_s: float = 0.0
+    reused_wheel: bool = False  # from the wheel cache: built before with the same arguments
+    ccache: str = ""  # what ccache served ("178 hits, 12 misses")
+    log_file: str = ""
+    error: str = ""
+
+
+@dataclass
+class FlagRecommendation:
+    """One build flag for one workload at one offload: the flag and the settings that need it where the rebuilt wheel
+    beat, beside the defaults on the verified wheel, both the defaults at every depth and the runtime-only
+    recommendation; else why not."""
+
+    workload: str
+    cmake_args: list[str]
+    settings: BenchSettings
+    """What was measured on the rebuilt wheel (the best of the candidates, or the first where none won)."""
+    gains: list[GainRow] = field(default_factory=list)
+    """The rebuilt wheel with ``settings`` against the defaults on the verified wheel, side by side, own test."""
+    kept: str = ""
+    """Why the flag is not recommended ("" when it is)."""
+    llama_kwargs: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    without_flag: list[GainRow] = field(default_factory=list)
+    """The workload's runtime-only recommendation on the verified wheel against the defaults, in the same rounds
+    ([] where that is the defaults): what the flag must beat."""
 
 
 @dataclass
@@ -113,6 +168,7 @@ class TuneResult:
     model_path: str
     targets: list[TuneTarget] = field(default_factory=list)
     report_file: str = ""
+    flag_builds: list[FlagBuild] = field(default_factory=list)  # verify.tune_build_flags: each rebuild
 
     def best_gain(self, depth: int) -> float | None:
         """The largest gain at ``depth`` of a recommended setting, on the metric it is recommended for."""
@@ -134,15 +190,47 @@ def fa_kv_pairs(gpu: bool, all_quants: bool) -> list[tuple[str, str]]:
     return [(k, v) for k, v in KV_PAIRS if not gpu or all_quants or k == v]
 
 
-def build_hints(gpu: bool, all_quants: bool) -> list[str]:
+def fa_pairs_built(cmake_args: list[str]) -> list[str] | None:
+    """The K/V pairs (``q8_0-q8_0``) a CUDA build with ``cmake_args`` has flash-attention kernels for; None: all."""
+    value = ",".join(DEFAULT_FA_QUANTS)
+    for arg in cmake_args:
+        name, _, given = arg.removeprefix("-D").partition("=")
+        name = name.split(":")[0]  # -DNAME:STRING=value
+        if name == FA_ALL_QUANTS and given.upper() in ("ON", "1", "TRUE", "YES"):
+            return None
+        if name == FA_QUANTS:
+            value = given
+    pairs = [pair.strip().lower() for pair in value.replace(";", ",").split(",") if pair.strip()]
+    return None if "all" in pairs else pairs
+
+
+def builds_every_fa_pair(cmake_args: list[str]) -> bool:
+    """A CUDA build with ``cmake_args`` has a flash-attention kernel for every pair the search tries."""
+    built = fa_pairs_built(cmake_args)
+    return built is None or all(f"{k}-{v}" in built for k, v in KV_PAIRS)
+
+
+def fa_quants_flag(cmake_args: list[str], add: list[str]) -> str:
+    """The GGML_CUDA_FA_QUANTS argument that builds the pairs ``cmake_args`` builds and ``add``."""
+    built = fa_pairs_built(cmake_args)
+    return f"-D{FA_QUANTS}=" + ("all" if built is None else ",".join(dict.fromkeys([*built, *add])))
+
+
+def missing_fa_pairs(gpu: bool, all_quants: bool) -> list[str]:
+    """The pairs the search would try with flash attention that this build has no kernel for (``q8_0-f16``)."""
+    return [f"{k}-{v}" for k, v in KV_PAIRS if (k, v) not in fa_kv_pairs(gpu, all_quants)]
+
+
+def build_hints(gpu: bool, all_quants: bool, cmake_args: list[str] | None = None) -> list[str]:
     """Settings the search leaves out because this build has no kernel for them, with the flag that builds one."""
-    missing = [pair for pair in KV_PAIRS if pair not in fa_kv_pairs(gpu, all_quants)]
+    missing = missing_fa_pairs(gpu, all_quants)
     if not missing:
         return []
-    pairs = ", ".join(f"type_k={k} type_v={v}" for k, v in missing)
-    return [f"{pairs} with flash attention: this build has no flash-attention kernel for it (attention would run on "
-            f"the CPU), so it was not tried; -D{FA_ALL_QUANTS}=ON builds every K/V type pair (more CUDA objects, a "
-            "longer build) and lets it be tried"]
+    pairs = ", ".join("type_k={} type_v={}".format(*pair.split("-")) for pair in missing)
+    return [(f"{pairs} with flash attention: this build has no flash-attention kernel for it (attention would run on "
+             f"the CPU), so it was not tried; {fa_quants_flag(cmake_args or [], missing)} builds one (the pinned "
+             f"llama.cpp's option; -D{FA_ALL_QUANTS}=ON, deprecated there, builds all 49 pairs: a longer build), and "
+             "verify.tune_build_flags: true rebuilds with it and measures it")]
 
 
 def alternatives(dimension: str, current: BenchSettings, *, gpu: bool, layers_on_cpu: bool,
@@ -305,18 +393,32 @@ def side_by_side(defaults: BenchSettings, best: BenchSettings, n_gpu_layers: int
                  rounds: int = 2) -> list[GainRow]:
     """Defaults and best measured alternately (``rounds`` times each, so drift hits both); the gain is the
     median of the best's rates over the median of the defaults'."""
-    measured: dict[str, list[TuneTrial]] = {"defaults": [], "tuned": []}
+    measured = alternately([("defaults", defaults, measure), ("tuned", best, measure)], n_gpu_layers, rounds)
+    return gain_rows(measured["defaults"], measured["tuned"])
+
+
+Side = tuple[str, BenchSettings, Measure]  # a name, the settings, and how to measure them (on which wheel)
+
+
+def alternately(sides: list[Side], n_gpu_layers: int, rounds: int) -> dict[str, list[TuneTrial]]:
+    """Every side once per round, in turn, ``rounds`` times: drift falls on all of them."""
+    measured: dict[str, list[TuneTrial]] = {name: [] for name, _, _ in sides}
     for round_number in range(rounds):
-        for name, settings in (("defaults", defaults), ("tuned", best)):
+        for name, settings, measure in sides:
             measured[name].append(measure(settings, n_gpu_layers, f"side by side {round_number + 1}: {name}"))
+    return measured
+
+
+def gain_rows(defaults: list[TuneTrial], tuned: list[TuneTrial]) -> list[GainRow]:
+    """Per depth and test: the median of the tuned trials' rates over the median of the defaults'."""
+    good = [t for t in defaults if t.status == "ok"], [t for t in tuned if t.status == "ok"]
+    if not good[0] or not good[1]:
+        return []
     rows = []
-    good = {name: [t for t in trials if t.status == "ok"] for name, trials in measured.items()}
-    if not good["defaults"] or not good["tuned"]:
-        return rows
-    for depth in good["defaults"][0].rates:
+    for depth in good[0][0].rates:
         for test in TESTS:
-            before = statistics.median(t.rates[depth][test] for t in good["defaults"])
-            after = statistics.median(t.rates[depth][test] for t in good["tuned"])
+            before = statistics.median(t.rates[depth][test] for t in good[0])
+            after = statistics.median(t.rates[depth][test] for t in good[1] if depth in t.rates)
             rows.append(GainRow(int(depth), test, round(before, 2), round(after, 2), round(after / before, 3)))
     return rows
 
@@ -382,8 +484,9 @@ def tune(model_path: str, n_layer: int, gpu_offload: bool, threads: int, cores: 
          n_gen: int, repetitions: int, measure: Measure, budget_mib: int = 0,
          measured_mib: dict[int, float | None] | None = None, bench: Bench | None = None,
          log: Callable[[str], None] = print, model_bytes: int = 0, budget: Budget | None = None,
-         fa_all_quants: bool = False) -> TuneResult:
-    """``fa_all_quants``: the build compiled every flash-attention K/V type pair (-DGGML_CUDA_FA_ALL_QUANTS=ON)."""
+         fa_all_quants: bool = False, cmake_args: list[str] | None = None) -> TuneResult:
+    """``fa_all_quants``: the build compiled every flash-attention K/V type pair the search tries
+    (:func:`builds_every_fa_pair` of its ``cmake_args``, which the build hints name the flag from)."""
     result = TuneResult(list(depths), n_prompt, n_gen, repetitions, model_path)
     budget = budget or Budget(0)
     targets = offload_targets(n_layer, gpu_offload, budget_mib, measured_mib or {}, model_bytes)
@@ -399,7 +502,7 @@ def tune(model_path: str, n_layer: int, gpu_offload: bool, threads: int, cores: 
         found = search(defaults, ngl, measure, gpu=gpu, layers_on_cpu=ngl <= n_layer, cores=cores, budget=budget,
                        deadline=deadline, measured_defaults=reference, fa_all_quants=fa_all_quants)
         target = TuneTarget(ngl, why, defaults, defaults, found.trials, stopped=found.stopped,
-                            build_hints=build_hints(gpu, fa_all_quants))
+                            build_hints=build_hints(gpu, fa_all_quants, cmake_args))
         if found.stopped:
             log(f"  {found.stopped}")
         if found.trials[0].status != "ok":
@@ -432,7 +535,7 @@ def recommend(workload: str, found: BenchSettings, defaults: BenchSettings, rows
     if found == defaults:
         recommendation = Recommendation(workload, defaults, kept_defaults=(
             f"keep the defaults: no setting was faster in {workload} at every depth"))
-    elif not own or (slower := [row for row in own if row.gain < 1.0]):
+    elif not own or any(row.gain < 1.0 for row in own):
         worst = min(own, key=lambda row: row.gain) if own else None
         changed = ", ".join(f"{k}={a}" for k, (a, _) in differences(found, defaults).items())
         recommendation = Recommendation(workload, defaults, own, kept_defaults=(
@@ -446,13 +549,160 @@ def recommend(workload: str, found: BenchSettings, defaults: BenchSettings, rows
     return recommendation
 
 
+# ---------------------------------------------------------------- build flags (verify.tune_build_flags)
+
+# The CPU backend's candidate: llamafile's tinyBLAS matrix products (sgemm.cpp, on by default in llama.cpp) against
+# ggml's own kernels. Which is faster depends on the CPU, the model's types and the batch; it changes what every
+# matrix product runs, and rebuilding it recompiles only ggml-cpu's sources.
+LLAMAFILE = "GGML_LLAMAFILE"
+
+
+# The build flags a tune may try, by the kind a backend's unit names (its ``tune_build_flags``).
+FA_KERNELS = "flash-attention-kernels"
+LLAMAFILE_KERNELS = "llamafile-kernels"
+
+
+def build_flag_candidates(kind: str, cmake_args: list[str]) -> list[BuildFlag]:
+    """The build flags worth a rebuild of a build with ``cmake_args``, of the ``kind`` its backend names: the
+    flash-attention kernels of the K/V pairs a CUDA build lacks (GGML_CUDA_FA_QUANTS), or llamafile's matrix
+    products toggled on the CPU."""
+    if kind == FA_KERNELS:
+        missing = missing_fa_pairs(gpu=True, all_quants=builds_every_fa_pair(cmake_args))
+        if not missing:
+            return []
+        pairs = ", ".join("type_k={} type_v={}".format(*pair.split("-")) for pair in missing)
+        return [BuildFlag([fa_quants_flag(cmake_args, missing)],
+                          f"flash-attention kernels for {pairs}, which this build lacks", missing)]
+    if kind == LLAMAFILE_KERNELS:
+        off = any(a.upper() in (f"-D{LLAMAFILE}=OFF", f"-D{LLAMAFILE}:BOOL=OFF") for a in cmake_args)
+        return [BuildFlag([f"-D{LLAMAFILE}={'ON' if off else 'OFF'}"],
+                          f"llamafile's matrix products (tinyBLAS) {'on' if off else 'off'}: ggml's "
+                          f"{'tinyBLAS' if off else 'own'} kernels for every matrix product on the CPU")]
+    return []
+
+
+def flag_trials(flag: BuildFlag, recommendations: list[Recommendation]) -> dict[BenchSettings, list[str]]:
+    """What to measure on the wheel rebuilt with ``flag``, and for which workloads: each workload's recommended
+    settings with the flag's K/V pairs and flash attention on, or as they are where the flag changes the build."""
+    trials: dict[BenchSettings, list[str]] = {}
+    for recommendation in recommendations:
+        current = recommendation.settings
+        options = ([current.replace(flash_attn="on", type_k=pair.split("-")[0], type_v=pair.split("-")[1])
+                    for pair in flag.kv_pairs] if flag.kv_pairs else [current])
+        for settings in options:
+            trials.setdefault(settings, []).append(recommendation.workload)
+    return trials
+
+
+def geometric_gain(rows: list[GainRow]) -> float:
+    return math.exp(statistics.fmean(math.log(row.gain) for row in rows)) if rows else 1.0
+
+
+@dataclass
+class FlagMeasurement:
+    """One candidate measured on the rebuilt wheel, in the same rounds as the defaults and, where they differ from
+    the defaults, the workload's runtime-only recommendation on the verified wheel."""
+
+    settings: BenchSettings
+    rebuilt: list[GainRow]
+    """The rebuilt wheel with ``settings`` against the defaults."""
+    without_flag: dict[str, list[GainRow]] = field(default_factory=dict)
+    """Per workload whose recommendation is not the defaults: that recommendation against the defaults."""
+
+
+def recommend_build_flag(current: Recommendation, flag: BuildFlag, measured: list[FlagMeasurement],
+                         depths: list[int], n_gpu_layers: int) -> FlagRecommendation:
+    """The flag for ``current``'s workload where a candidate on the rebuilt wheel is no slower than the defaults at
+    any depth on the workload's test, and beats by :data:`MIN_GAIN` what the verified wheel reaches without the flag
+    in the same rounds (the workload's runtime-only recommendation, or the defaults); else not, with why."""
+    workload = current.workload
+    own = [(m, [row for row in m.rebuilt if row.test == workload]) for m in measured]
+    complete = [(m, rows) for m, rows in own if rows and {row.depth for row in rows} >= set(depths)]
+    if not complete:
+        return _flag_choice(current, flag, own[0][0].settings if own else current.settings, [], n_gpu_layers,
+                            "the rebuilt wheel could not be measured at every depth")
+    chosen, rows = max(complete, key=lambda candidate: geometric_gain(candidate[1]))
+    without = [row for row in chosen.without_flag.get(workload, []) if row.test == workload]
+    baseline = geometric_gain(without)
+    worst = min(rows, key=lambda row: row.gain)
+    if worst.gain < 1.0:
+        why = f"slower than the defaults in {workload} at depth {worst.depth} ({worst.gain:.3f}×)"
+    elif geometric_gain(rows) <= baseline * (1 + MIN_GAIN):
+        why = (f"{geometric_gain(rows):.3f}× the defaults in {workload}, not {MIN_GAIN:.0%} more than the "
+               f"{'runtime settings alone' if without else 'defaults'} on the verified wheel ({baseline:.3f}×)")
+    else:
+        why = ""
+    choice = _flag_choice(current, flag, chosen.settings, rows, n_gpu_layers, why and f"not recommended: {why}")
+    choice.without_flag = without
+    return choice
+
+
+def _flag_choice(current: Recommendation, flag: BuildFlag, settings: BenchSettings, rows: list[GainRow],
+                 n_gpu_layers: int, kept: str) -> FlagRecommendation:
+    return FlagRecommendation(current.workload, list(flag.cmake_args), settings, rows, kept,
+                              settings.llama_kwargs(n_gpu_layers), dict(settings.env))
+
+
+def measure_build_flag(target: TuneTarget, flag: BuildFlag, measure: Measure, measure_rebuilt: Measure,
+                       depths: list[int], rounds: int = 2) -> list[FlagRecommendation]:
+    """Each of the flag's trials on the rebuilt wheel, alternately with the defaults and the runtime-only
+    recommendations it is to beat on the verified wheel; one :class:`FlagRecommendation` per workload."""
+    trials = flag_trials(flag, target.recommendations)
+    measured = {settings: measure_candidate(target, settings, workloads, measure, measure_rebuilt,
+                                            "rebuilt " + " ".join(flag.cmake_args), rounds)
+                for settings, workloads in trials.items()}
+    return [recommend_build_flag(current, flag, [m for s, m in measured.items() if current.workload in trials[s]],
+                                 depths, target.n_gpu_layers) for current in target.recommendations]
+
+
+def measure_candidate(target: TuneTarget, settings: BenchSettings, workloads: list[str], measure: Measure,
+                      measure_rebuilt: Measure, label: str, rounds: int) -> FlagMeasurement:
+    """The defaults, each served workload's recommendation that is not the defaults, and ``settings`` on the rebuilt
+    wheel, alternately."""
+    without = {r.workload: r.settings for r in target.recommendations
+               if r.workload in workloads and r.settings != target.defaults}
+    names = {s: f"without the flag: {'+'.join(w for w, x in without.items() if x == s)} settings"
+             for s in dict.fromkeys(without.values())}
+    sides: list[Side] = [("defaults", target.defaults, measure), *((name, s, measure) for s, name in names.items()),
+                         (label, settings, measure_rebuilt)]
+    trials = alternately(sides, target.n_gpu_layers, rounds)
+    return FlagMeasurement(settings, gain_rows(trials["defaults"], trials[label]),
+                           {w: gain_rows(trials["defaults"], trials[names[s]]) for w, s in without.items()})
+
+
+# The wheel rebuilt with a flag, and how to measure on it (None where it did not build or install).
+Rebuild = Callable[[BuildFlag], tuple[FlagBuild, Measure | None]]
+
+
+def tune_build_flags(result: TuneResult, flags: list[BuildFlag], rebuild: Rebuild, measure: Measure,
+                     rounds: int = 2, log: Callable[[str], None] = print) -> None:
+    """verify.tune_build_flags: rebuild with each flag once, then measure what needs it at every target."""
+    for flag in flags:
+        log(f"rebuilding with {' '.join(flag.cmake_args)}: {flag.why}")
+        built, measure_rebuilt = rebuild(flag)
+        result.flag_builds.append(built)
+        if measure_rebuilt is None:
+            log(f"  not measured: {built.error}")
+            continue
+        log(f"  {'reused from the wheel cache' if built.reused_wheel else 'built'} in {built.duration_s:.0f} s"
+            + (f" (ccache: {built.ccache})" if built.ccache else ""))
+        for target in result.targets:
+            if target.error or not target.recommendations:
+                continue
+            choices = measure_build_flag(target, flag, measure, measure_rebuilt, result.depths, rounds)
+            target.build_flags += choices
+            for choice in choices:
+                log(f"  n_gpu_layers={target.n_gpu_layers} {choice.workload}: " + (choice.kept or "recommended, " + ", ".join(
+                    f"depth {r.depth} {r.gain:.3f}x" for r in choice.gains)))
+
+
 def _add_llama_bench(target: TuneTarget, bench: Bench, depths: list[int], log: Callable[[str], None]) -> None:
     """llama-bench with the defaults and with each recommended setting, beside the binding's side-by-side rows."""
     tuned = [r for r in target.recommendations if r.settings != target.defaults]
     try:
         runs = {settings: bench(settings, target.n_gpu_layers, depths)
                 for settings in dict.fromkeys([target.defaults, *(r.settings for r in tuned)])}
-    except Exception as error:  # llama-bench is a yardstick: the binding's own numbers stand without it
+    except Exception as error:  # noqa: BLE001 - llama-bench is a yardstick: the binding's own numbers stand without it
         log(f"  llama-bench with the same settings failed: {type(error).__name__}: {error}")
         return
 
@@ -482,26 +732,29 @@ def trial_from_child(label: str, n_gpu_layers: int, settings: BenchSettings, sta
 
 def report_markdown(result: TuneResult, goal_depth: int = 4096, goal_gain: float = 1.10) -> str:
     lines = [f"# Runtime tuning of {result.model_path}", "",
-             f"pp{result.n_prompt} and tg{result.n_gen}, {result.repetitions} repetitions, at depths "
+             (f"pp{result.n_prompt} and tg{result.n_gen}, {result.repetitions} repetitions, at depths "
              f"{', '.join(map(str, result.depths))} (tokens already in the KV cache, llama-bench's -d). The search "
              "starts from what `Llama(model_path, n_gpu_layers=N)` runs with and changes one setting at a time, for "
              "each workload: prompt-heavy (pp) and generation-heavy (tg). A change is kept for a workload when its "
              f"geometric mean over the depths gains more than {MIN_GAIN:.0%} there and it is slower than the "
              "defaults at no depth; the gain is measured afterwards, defaults and tuned settings alternately, in the "
-             "same run, and a setting slower there on its own metric is not recommended.", ""]
+             "same run, and a setting slower there on its own metric is not recommended."), ""]
+    lines += _flag_build_lines(result)
     for target in result.targets:
         lines += [f"## n_gpu_layers={target.n_gpu_layers}: {target.why}", ""]
         if target.error:
             lines += [f"Not tuned: {target.error}", ""]
             continue
         if target.stopped:
-            lines += [f"The search did not finish: {target.stopped}. The gains below are measured for what it "
-                      "had found.", ""]
+            lines += [(f"The search did not finish: {target.stopped}. The gains below are measured for what it "
+                      "had found."), ""]
         for recommendation in target.recommendations:
             lines += _recommendation_lines(result, target, recommendation, goal_depth, goal_gain)
         lines += _cpu_costs(target, result.depths)
-        for hint in target.build_hints:
+        rebuilt = {tuple(b.cmake_args) for b in result.flag_builds}
+        for hint in target.build_hints if not rebuilt else []:
             lines += [f"Build: {hint}.", ""]
+        lines += _build_flag_lines(result, target)
         lines += ["Every trial (score: all tests; pp, tg: that workload's geometric mean over the depths):", "",
                   "| trial | status | score | pp | tg | " + " | ".join(
                       f"d{d} {t}" for d in result.depths for t in TESTS) + " |",
@@ -522,8 +775,8 @@ def _recommendation_lines(result: TuneResult, target: TuneTarget, recommendation
     lines += ["Changed from the defaults: " + (", ".join(f"{k} {b} → {a}" for k, (a, b) in changed.items())
                                                or recommendation.kept_defaults), ""]
     if recommendation.gains:
-        lines += ["| depth | test | defaults t/s | tuned t/s | gain | llama-bench defaults | llama-bench tuned | "
-                  "llama-bench gain |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [("| depth | test | defaults t/s | tuned t/s | gain | llama-bench defaults | llama-bench tuned | "
+                  "llama-bench gain |"), "|---:|---|---:|---:|---:|---:|---:|---:|"]
         for row in recommendation.gains:
             lines.append(f"| {row.depth} | {row.test} | {row.defaults:.1f} | {row.tuned:.1f} | {row.gain:.3f}× | "
                          f"{_rate(row.bench_defaults)} | {_rate(row.bench_tuned)} | "
@@ -533,8 +786,8 @@ def _recommendation_lines(result: TuneResult, target: TuneTarget, recommendation
         return lines
     goal = [row.gain for row in recommendation.gains if row.depth == goal_depth]
     if goal:
-        lines += [f"Goal {goal_gain:.2f}× at depth {goal_depth} in {workload}: "
-                  f"{'met' if max(goal) >= goal_gain else 'not met'} ({max(goal):.3f}×).", ""]
+        lines += [(f"Goal {goal_gain:.2f}× at depth {goal_depth} in {workload}: "
+                  f"{'met' if max(goal) >= goal_gain else 'not met'} ({max(goal):.3f}×)."), ""]
     kwargs = ", ".join(f"{name}={value}" for name, value in recommendation.llama_kwargs.items())
     pool = threadpool_lines(recommendation.settings)
     lines += ["Ready to paste:", "", "```python", "import llama_cpp",
@@ -562,8 +815,8 @@ def _cpu_costs(target: TuneTarget, depths: list[int]) -> list[str]:
     rows = [t for t in target.trials[1:] if t.label.startswith(("threads=", "thread pool"))]
     if reference is None or reference.status != "ok" or not rows:
         return []
-    lines = [f"What threads and polling cost with layers on the CPU (against the defaults' {reference.settings.threads}"
-             " threads, no pool attached; ratios of tokens/s):", "",
+    lines = [(f"What threads and polling cost with layers on the CPU (against the defaults' {reference.settings.threads}"
+             " threads, no pool attached; ratios of tokens/s):"), "",
              "| trial | " + " | ".join(f"d{d} {t}" for d in depths for t in TESTS) + " |",
              "|---|" + "---:|" * (2 * len(depths))]
     for trial in rows:
@@ -578,3 +831,49 @@ def _cpu_costs(target: TuneTarget, depths: list[int]) -> list[str]:
 
 def _rate(value: float | None) -> str:
     return f"{value:.1f}" if value else "–"
+
+
+def _flag_build_lines(result: TuneResult) -> list[str]:
+    """The rebuilds of verify.tune_build_flags: what was added, how long it took, where the wheel is."""
+    lines = []
+    for built in result.flag_builds:
+        args = " ".join(built.cmake_args)
+        if built.ok:
+            how = "reused from the wheel cache" if built.reused_wheel else f"rebuilt in {built.duration_s:.0f} s"
+            lines.append(f"- `{args}`: {how}" + (f" (ccache: {built.ccache})" if built.ccache else "")
+                         + f"; wheel `{Path(built.wheel).name}` (sha256 {built.sha256[:12]}), log `{built.log_file}`")
+        else:
+            lines.append(f"- `{args}`: not measured: {built.error}")
+    if not lines:
+        return []
+    intro = ("Build flags (verify.tune_build_flags): the wheel rebuilt with each, installed alone, and measured beside "
+             "the defaults on the verified wheel, alternately:")
+    return [intro, "", *lines, ""]
+
+
+def _build_flag_lines(result: TuneResult, target: TuneTarget) -> list[str]:
+    """Per workload: the CMake arguments to add and the ``Llama(...)`` arguments to pass with them, or why not."""
+    lines = []
+    for choice in target.build_flags:
+        args = " ".join(choice.cmake_args)
+        lines += [f"### Build flag `{args}` for {WORKLOADS[choice.workload]}: {choice.workload}", ""]
+        if choice.gains:
+            without = {(r.depth, r.test): r for r in choice.without_flag}
+            lines += ["| depth | test | defaults t/s | without the flag t/s | gain | rebuilt t/s | gain |",
+                      "|---:|---|---:|---:|---:|---:|---:|"]
+            for r in choice.gains:
+                w = without.get((r.depth, r.test))
+                alone = f"{w.tuned:.1f} | {w.gain:.3f}×" if w else "(the defaults) | 1.000×"
+                lines.append(f"| {r.depth} | {r.test} | {r.defaults:.1f} | {alone} | {r.tuned:.1f} | {r.gain:.3f}× |")
+            lines.append("")
+        if choice.kept:
+            lines += [f"`{args}` with " + (", ".join(f"{k} {b} → {a}" for k, (a, b) in differences(
+                choice.settings, target.defaults).items()) or "the defaults") + f": {choice.kept}.", ""]
+            continue
+        kwargs = ", ".join(f"{name}={value}" for name, value in choice.llama_kwargs.items())
+        lines += ["Build with these CMake arguments added, and pass these `Llama(...)` arguments:", "", "```bash",
+                  f'CMAKE_ARGS="$CMAKE_ARGS {args}" pip install --no-binary llama-cpp-python llama-cpp-python',
+                  "```", "", "```python", "import llama_cpp",
+                  f"llm = llama_cpp.Llama(model_path={result.model_path!r}, {kwargs})", "```", ""]
+        lines += [f"Environment: {' '.join(f'{k}={v}' for k, v in choice.env.items())}.", ""] if choice.env else []
+    return lines

@@ -111,7 +111,9 @@ def test_kv_cache_pairs_follow_the_flash_attention_kernels_the_build_has():
     on_the_cpu = [label for label, _ in alternatives("kv_cache", fa_on, gpu=False, layers_on_cpu=True, cores=8)]
     assert "type_k=q8_0 type_v=f16" in on_the_cpu  # the CPU's kernels take every pair
     (hint,) = build_hints(gpu=True, all_quants=False)
-    assert "type_k=q8_0 type_v=f16" in hint and "-DGGML_CUDA_FA_ALL_QUANTS=ON" in hint
+    # the pinned llama.cpp's option, with the one pair added to its default list
+    assert "type_k=q8_0 type_v=f16" in hint
+    assert "-DGGML_CUDA_FA_QUANTS=q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16,q8_0-f16 builds one" in hint
     assert build_hints(gpu=True, all_quants=True) == [] and build_hints(gpu=False, all_quants=False) == []
     result = tune("/models/m.gguf", 32, True, 8, 16, [0], 512, 128, 3, synthetic_speed, log=lambda line: None)
     assert "Build: type_k=q8_0 type_v=f16 with flash attention" in report_markdown(result)

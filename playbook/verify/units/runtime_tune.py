@@ -8,17 +8,23 @@ from itertools import count
 from pathlib import Path
 
 from playbook.serialization import write_json
+from playbook.verify.launcher import install_wheel
 from playbook.verify.measurement import Measured, VerifyContext
 from playbook.verify.settings import BenchSettings
 from playbook.verify.sweep import default_threads
 from playbook.verify.tune import (
-    FA_ALL_QUANTS,
     Budget,
+    BuildFlag,
+    FlagBuild,
+    Measure,
     TuneResult,
     TuneTrial,
+    build_flag_candidates,
+    builds_every_fa_pair,
     report_markdown,
     trial_from_child,
     tune,
+    tune_build_flags,
 )
 from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.llama_bench import LLAMA_BENCH
@@ -41,19 +47,8 @@ class RuntimeTune:
         verify = ctx.params.verify
         model, sweep = ctx.require(MODEL_FILE), ctx.require(OFFLOAD_SWEEP)
         depths = list(verify.tune_depths)
-        numbers = count(1)
-        trial_logs: list[Path] = []
-
-        def measure(candidate: BenchSettings, ngl: int, label: str) -> TuneTrial:
-            log_file = ctx.files("tune").log(f"ngl-{ngl}-{next(numbers):03d}")
-            trial_logs.append(log_file)
-            outcome = run_bench_child(model.path, ngl, candidate, verify.prompt_tokens, verify.gen_tokens,
-                                      verify.repetitions, ctx.wheel.site_dir, log_file, ctx.timeout_s * len(depths),
-                                      ctx.request.python, ctx.wheel.child_env, depths)
-            trial = trial_from_child(label, ngl, candidate, outcome.status, outcome.result, log_file.name)
-            ctx.log(f"  trial {len(trial_logs)} {label}: {outcome.status} " + " ".join(
-                f"d{d} pp {r['pp']:.1f} tg {r['tg']:.1f}" for d, r in trial.rates.items()))
-            return trial
+        trials = Trials(ctx)
+        measure = trials.on(ctx.wheel.site_dir)
 
         bench = None
         built = ctx.value(LLAMA_BENCH)
@@ -74,13 +69,72 @@ class RuntimeTune:
                      verify.gpu_memory_budget, {p.n_gpu_layers: p.gpu_memory_mib for p in sweep.measured}, bench,
                      ctx.log, int(model.description.get("file_size_bytes") or 0),
                      Budget(verify.tune_budget_s, with_llama_bench=bench is not None),
-                     fa_all_quants=f"-D{FA_ALL_QUANTS}=ON" in (a.upper() for a in ctx.target.cmake_args))
+                     fa_all_quants=builds_every_fa_pair(ctx.target.cmake_args), cmake_args=ctx.target.cmake_args)
+        files = tune_build_flags_of(ctx, tuned, trials)
         report = ctx.files("tune").beside(".md")
         report.write_text(report_markdown(tuned), encoding="utf-8")
         tuned.report_file = report.name
         write_json(tuned, ctx.files("tune").beside(".json"))
-        return Measured(tuned, files=[ctx.files("tune").beside(".json"), report, *trial_logs])
+        return Measured(tuned, files=[ctx.files("tune").beside(".json"), report, *trials.logs, *files])
 
+
+
+class Trials:
+    """Each trial a child of the wheel installed in a site folder, its log numbered in the order they ran."""
+
+    def __init__(self, ctx: VerifyContext):
+        self.ctx, self.numbers, self.logs = ctx, count(1), list[Path]()
+
+    def on(self, site_dir: Path) -> Measure:
+        ctx, verify = self.ctx, self.ctx.params.verify
+        depths = list(verify.tune_depths)
+        model = ctx.require(MODEL_FILE)
+
+        def measure(candidate: BenchSettings, ngl: int, label: str) -> TuneTrial:
+            log_file = ctx.files("tune").log(f"ngl-{ngl}-{next(self.numbers):03d}")
+            self.logs.append(log_file)
+            outcome = run_bench_child(model.path, ngl, candidate, verify.prompt_tokens, verify.gen_tokens,
+                                      verify.repetitions, site_dir, log_file, ctx.timeout_s * len(depths),
+                                      ctx.request.python, ctx.wheel.child_env, depths)
+            trial = trial_from_child(label, ngl, candidate, outcome.status, outcome.result, log_file.name)
+            ctx.log(f"  trial {len(self.logs)} {label}: {outcome.status} " + " ".join(
+                f"d{d} pp {r['pp']:.1f} tg {r['tg']:.1f}" for d, r in trial.rates.items()))
+            return trial
+
+        return measure
+
+
+def tune_build_flags_of(ctx: VerifyContext, tuned: TuneResult, trials: Trials) -> list[Path]:
+    """verify.tune_build_flags: rebuild with the backend's candidate flags, install each rebuilt wheel alone, measure
+    what needs it beside the defaults (:func:`playbook.verify.tune.tune_build_flags`); the files it wrote."""
+    if not ctx.params.verify.tune_build_flags:
+        return []
+    builder = ctx.request.tune_rebuild
+    flags = build_flag_candidates(ctx.target.tune_build_flags, ctx.target.cmake_args)
+    if builder is None or not flags:
+        ctx.log("verify.tune_build_flags: " + ("no build to repeat here" if builder is None
+                                               else f"no build flag to try for backend {ctx.target.backend!r}"))
+        return []
+    layout, attempt = ctx.layout, ctx.attempt
+
+    def rebuild(flag: BuildFlag) -> tuple[FlagBuild, Measure | None]:
+        built = builder(flag.cmake_args)
+        if not built.ok:
+            return built, None
+        site_dir = ctx.request.cache_dir / "site" / built.sha256[:16]
+        installed = install_wheel(Path(built.wheel), site_dir, ctx.request.python, list(ctx.target.extras),
+                                  ctx.target.find_links)
+        with layout.tune_install_log(attempt).open("a") as log:
+            log.write(installed.stdout + installed.stderr)
+        if installed.returncode != 0:
+            built.error = f"pip could not install the rebuilt wheel; see {layout.in_run(layout.tune_install_log(attempt))}"
+            return built, None
+        return built, trials.on(site_dir)
+
+    rounds = Budget(ctx.params.verify.tune_budget_s).side_by_side_rounds
+    tune_build_flags(tuned, flags, rebuild, trials.on(ctx.wheel.site_dir), rounds, ctx.log)
+    built_wheels = [Path(b.wheel) for b in tuned.flag_builds if b.wheel]
+    return [layout.tune_build_log(attempt), layout.tune_install_log(attempt), *built_wheels]
 
 
 TUNE = RuntimeTune()
