@@ -246,10 +246,11 @@ def _group_from_text(name: str, text: str) -> Any:
 def params_from_dict(document: dict[str, Any]) -> Params:
     """Typed parameters from a parameter file's mapping; each backend's section is built by its unit's type."""
     document = dict(document)
+    nested = document.pop(BACKEND_SETTINGS, None) or {}  # the dataclass's own shape, as a JSON writer may leave it
     sections = {}
     for unit in registry.with_settings():
-        sections[unit.name] = _build(unit.settings_type, document.pop(unit.name, None) or {}, prefix=f"{unit.name}.")
-    document.pop(BACKEND_SETTINGS, None)
+        given = document.pop(unit.name, None) or nested.get(unit.name) or {}
+        sections[unit.name] = _build(unit.settings_type, given, prefix=f"{unit.name}.")
     params = typing.cast(Params, _build(Params, document, prefix=""))
     params.backend_settings = sections
     return params

@@ -69,9 +69,10 @@ def judge(run_dir: Path, commit: str) -> Verdict:
         verdict.summary = run.read(VerifyResult, layout.verify_result(1)).summary
 
     wanted = run.params().backend
-    if verdict.backend != wanted or not registry.unit(wanted).offloads:
-        verdict.reasons.append(f"the plan's backend is {verdict.backend or 'unknown'}, not the GPU backend the "
-                               f"parameters ask for ({wanted})")
+    offloads = verdict.backend in registry.names() and registry.unit(verdict.backend).offloads
+    if not offloads or wanted not in (registry.AUTO, verdict.backend):
+        verdict.reasons.append(f"the plan's backend is {verdict.backend or 'unknown'}, not a GPU backend the "
+                               f"parameters ask for (backend: {wanted})")
     for step in (Step.BUILD, Step.VERIFY):
         first = steps.get((step, 1))
         if first is None:

@@ -152,7 +152,8 @@ class RunFolder:
         return params_from_dict(json.loads(self.layout.params.read_text(encoding="utf-8")))
 
     def save_params(self, params: Params) -> None:
-        write_json(params, self.layout.params)
+        """params.json holds the parameters as a parameter file does: each backend's section at the top level."""
+        write_json(params.to_dict(), self.layout.params)
 
     def record(self) -> RunRecord:
         return read_json(RunRecord, self.layout.run_record)

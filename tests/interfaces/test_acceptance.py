@@ -26,7 +26,7 @@ def test_a_cuda_run_right_on_its_first_attempt_passes():
 def test_a_repaired_run_of_another_backend_fails_and_says_why():
     verdict = judge(REPAIRED, "abc123")
     assert not verdict.passed
-    assert any("not cuda" in r for r in verdict.reasons)
+    assert any("not a GPU backend the parameters ask for" in r for r in verdict.reasons)
     assert any(r.startswith("verify attempt 1 ended failed") for r in verdict.reasons)
     assert "repair ran: the first attempt was not right" in verdict.reasons
 

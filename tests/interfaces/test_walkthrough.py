@@ -140,7 +140,7 @@ def test_a_finished_run_shows_its_build_repair_and_verify(tmp_path):
     assert walk.next_button.description == "chain ended" and walk.next_button.disabled
     assert "Ubuntu" in walk.sections["detect"].value or "NVIDIA H200" in walk.sections["detect"].value
     assert "-DCMAKE_CUDA_ARCHITECTURES=90" in walk.sections["configure"].value  # the plan now: repaired, attempt 2
-    assert walk.fields["cuda_architectures"].value == "80-real"  # the choices: the person's plan, attempt 1
+    assert walk.fields["cuda.architectures"].value == "80-real"  # the choices: the person's parameters
     assert "built" in walk.sections["build"].value and walk.build_label.value.startswith("attempt 2: built")
     assert "no-kernel-image" in walk.sections["repair"].value
     assert "applied no-kernel-image; attempt 2 of 3 will build" in walk.sections["repair"].value
