@@ -17,6 +17,7 @@ artifact server); reading is plain GET. A variant is never overwritten: publishi
 from __future__ import annotations
 
 import html
+import http.client
 import json
 import os
 import re
@@ -108,6 +109,8 @@ class HttpStore:
             if error.code == 404:
                 return None
             raise IndexError_(f"GET {self.url(path)}: HTTP {error.code} {error.reason}") from None
+        except (http.client.HTTPException, OSError) as error:
+            raise Unreachable(f"GET {self.url(path)} was cut off: {type(error).__name__} {error}") from None
 
     def download(self, path: str, target: Path) -> None:
         try:
@@ -115,6 +118,8 @@ class HttpStore:
                 shutil.copyfileobj(response, out, 1 << 20)
         except urllib.error.HTTPError as error:
             raise IndexError_(f"GET {self.url(path)}: HTTP {error.code} {error.reason}") from None
+        except (http.client.HTTPException, OSError) as error:
+            raise Unreachable(f"GET {self.url(path)} was cut off: {type(error).__name__} {error}") from None
 
     def write(self, path: str, data: bytes) -> None:
         request = urllib.request.Request(self.url(path), data=data, method="PUT")

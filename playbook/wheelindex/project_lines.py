@@ -32,7 +32,9 @@ def index_name(record: WheelRecord) -> str:
 def for_published(record: WheelRecord, index_url: str) -> ProjectLines:
     """A published wheel: its variant's index, for llama-cpp-python only, binary only."""
     pin = f"{PROJECT}=={record.version}"
-    pyproject = (f'[project]\ndependencies = ["{pin}"]\n\n'
+    # uv keeps an installed distribution of the same version even when the lock now names another index's file
+    # (tested): reinstalling the one package takes the locked variant's wheel from uv's cache, keyed by its URL.
+    pyproject = (f'[project]\ndependencies = ["{pin}"]\n\n[tool.uv]\nreinstall-package = ["{PROJECT}"]\n\n'
                  f'[[tool.uv.index]]\nname = "{index_name(record)}"\nurl = "{index_url}"\nexplicit = true\n\n'
                  f'[tool.uv.sources]\n{PROJECT} = {{ index = "{index_name(record)}" }}\n')
     requirements = f"--extra-index-url {index_url}\n--only-binary {PROJECT}\n{pin}\n"
