@@ -49,8 +49,6 @@ INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "openblas-vs-cpu-vm.txt": (
         "python benchmarks/openblas_vs_cpu.py RUN_OPENBLAS RUN_CPU",
         ("benchmarks/openblas_vs_cpu.py", "playbook/verify/", "playbook/child_scripts/", "params/openblas.yaml")),
-    "wheel-index-cpu-vm.txt": (
-        "nice python benchmarks/wheel_index.py", ("benchmarks/wheel_index.py", "playbook/wheelindex/", "params/cpu.yaml")),
     "cxx-runtime-check-gpu-machine.txt": (
         "scripts/gpu-cxx-runtime-check.sh on a GPU machine", ("scripts/gpu-cxx-runtime-check.sh",)),
 }
