@@ -94,6 +94,24 @@ def main(argv: list[str] | None = None) -> int:
                          help="also overlay.png/.svg/.csv: the runs' sweeps in one figure (tokens/s by offloaded "
                               "layers, pp and tg, with the bandwidth limit), e.g. a CUDA and a Vulkan build on one GPU")
 
+    publish = commands.add_parser("publish", help="put a run's verified wheel and its record into a PEP 503 index")
+    publish.add_argument("run_dir", type=Path, metavar="RUN")
+    publish.add_argument("--to", dest="destination", required=True, metavar="FOLDER|http(s)://URL|s3://BUCKET/PREFIX",
+                         help="the index: a folder, a server that accepts PUT, or s3://bucket/prefix")
+
+    install = commands.add_parser("install", help="install a verified wheel that fits this machine from the indexes; "
+                                                  "build one when none fits or its check fails")
+    _add_params_options(install)
+    install.add_argument("--from", dest="sources", action="append", default=[], metavar="INDEX",
+                         help="a team index (folder, http(s):// or s3://; repeatable), after the local wheel cache")
+    install.add_argument("--into", type=Path, default=None, metavar="VENV",
+                         help="the environment to install into (default: the one running the playbook)")
+    install.add_argument("--publish", default="", metavar="INDEX", help="publish what a fallback build made there")
+    install.add_argument("--no-build", action="store_true", help="fail instead of building when nothing fits")
+    install.add_argument("--project", type=Path, default=None, metavar="DIR",
+                         help="write pyproject-llama-cpp.toml and requirements-llama-cpp.txt there: the lines that "
+                              "get this wheel in the project's own uv sync / pip install")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(message)s", stream=sys.stderr)
@@ -308,7 +326,40 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "resume": _resume, "plan": _plan, "detect": _detect, "diagnose": _diagnose, "bundle": _bundle,
+def _publish(args: argparse.Namespace) -> int:
+    from playbook.wheelindex.index import open_store, publish
+    from playbook.wheelindex.metadata import record_from_run, vocabulary_of_run
+
+    record, wheel = record_from_run(args.run_dir)
+    url = publish(open_store(args.destination), record, wheel, vocabulary_of_run(args.run_dir))
+    print(f"published {wheel.name} ({record.describe()})\n  index: {url}")
+    return 0
+
+
+def _install(args: argparse.Namespace) -> int:
+    from playbook.params import load_params
+    from playbook.resources import resolve_params_file
+    from playbook.steps.detect import detect_for
+    from playbook.wheelindex.install import InstallRequest, install
+    from playbook.wheelindex.project_lines import for_published
+
+    params = load_params(resolve_params_file(args.params) if args.params else None, args.overrides)
+    done = install(InstallRequest(detect_for(params), params, args.sources, args.into, not args.no_build,
+                                  args.publish), log=lambda line: print(line, file=sys.stderr))
+    assert done.chosen is not None
+    print(f"installed {done.chosen.wheel} ({done.chosen.describe()}) into {done.installed_into} "
+          f"in {done.duration_s:.1f} s")
+    lines = for_published(done.chosen, done.index_url)
+    print(lines.text())
+    if args.project:
+        args.project.mkdir(parents=True, exist_ok=True)
+        (args.project / "pyproject-llama-cpp.toml").write_text(lines.pyproject, encoding="utf-8")
+        (args.project / "requirements-llama-cpp.txt").write_text(lines.requirements, encoding="utf-8")
+        print(f"wrote {args.project / 'pyproject-llama-cpp.toml'} and {args.project / 'requirements-llama-cpp.txt'}")
+    return 0
+
+
+COMMANDS = {"publish": _publish, "install": _install, "run": _run, "resume": _resume, "plan": _plan, "detect": _detect, "diagnose": _diagnose, "bundle": _bundle,
             "check": _check, "attest": _attest, "report": _report, "compare": _compare}
 
 if __name__ == "__main__":
