@@ -53,7 +53,8 @@ case "${1:-}" in
     ;;
   prebuild-fa-quants)
     # the argument the tune's rebuild adds to the plan's (the wheel cache's key ignores the arguments' order)
-    flag="$("$python" -c 'from playbook.verify.tune import build_flag_candidates as c; print(c("cuda", [])[0].cmake_args[0])')"
+    flag="$("$python" -c 'from playbook.backends import registry; from playbook.verify.tune import build_flag_candidates as c
+print(c(registry.unit("cuda").tune_build_flags, [])[0].cmake_args[0])')"
     "$python" -m playbook run --params params/gpu-tune.yaml "${source_args[@]}" --output "$work/runs" \
       --set "build.cmake_args=[\"$flag\"]" --set verify.tune=false --set verify.sweep_points=1
     log "prebuild with $flag: exit status $?"
