@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_params_options(plan)
 
     commands.add_parser("detect", help="print what this machine has (JSON)")
+    commands.add_parser("backends", help="every backend: where it has run, its profile, settings, tables and failures")
 
     diagnose = commands.add_parser(
         "diagnose", help="name the known failures in a build log, traceback, runtime output or pasted issue body",
@@ -204,6 +205,13 @@ def _plan(args: argparse.Namespace) -> int:
     return int(ExitCode.REFUSED if plan.blockers else ExitCode.OK)
 
 
+def _backends(args: argparse.Namespace) -> int:
+    from playbook.interfaces.tables import backends_table
+
+    print(backends_table().to_string(index=False))
+    return 0
+
+
 def _detect(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -359,7 +367,8 @@ def _install(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"publish": _publish, "install": _install, "run": _run, "resume": _resume, "plan": _plan, "detect": _detect, "diagnose": _diagnose, "bundle": _bundle,
+COMMANDS = {"publish": _publish, "install": _install, "run": _run, "resume": _resume, "plan": _plan, "detect": _detect,
+            "backends": _backends, "diagnose": _diagnose, "bundle": _bundle,
             "check": _check, "attest": _attest, "report": _report, "compare": _compare}
 
 if __name__ == "__main__":

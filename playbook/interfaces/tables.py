@@ -20,6 +20,30 @@ from playbook.verify.units.import_probe import IMPORT_PROBE
 from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
 
+def backends_table() -> pd.DataFrame:
+    """Every backend the registry holds, as its unit declares it: where it has run, its ready parameter set, its
+    place in ``backend: auto``'s order, its parameter section, its compatibility tables, and how many entries of
+    the failure knowledge base are its own."""
+    from playbook.backends import registry
+    from playbook.knowledge.failures import load_knowledge_base
+
+    per_family = load_knowledge_base().families()
+    rows = []
+    for unit in registry.units():
+        keys = list(unit.settings_type.__dataclass_fields__)
+        rows.append({
+            "backend": unit.name,
+            "status": unit.status,
+            "profile": f"params/{unit.profile}.yaml" if unit.profile else "",
+            "auto": str(unit.auto_rank) if unit.auto_rank is not None else "asked for only",
+            "settings": ", ".join(f"{unit.name}.{key}" for key in keys),
+            "knowledge": ", ".join(f"knowledge/{name}" for name in unit.knowledge),
+            "failures": f"{per_family.get(unit.failure_family, 0)} ({unit.failure_family})" if unit.failure_family
+            else "",
+        })
+    return pd.DataFrame(rows)
+
+
 def machine_table(facts: Facts) -> pd.DataFrame:
     compilers = ", ".join(f"{t.name} {t.version}" for t in facts.compilers if t.found) or "none found"
     rows = [
