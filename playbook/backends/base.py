@@ -11,6 +11,7 @@ verify and the fleet table only ask the registry; none of them names a backend.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,6 +35,21 @@ class Assessment:
     @property
     def usable(self) -> bool:
         return not self.blocked_because
+
+
+@dataclass(frozen=True)
+class WheelFit:
+    """Whether a published wheel of a backend runs on this machine, as that backend's own rules say (its tags, its
+    glibc and its CPU code are the index's to check, not the backend's)."""
+
+    ok: bool
+    """The backend's part of the wheel runs here."""
+    reason: str
+    """Why it runs ("native machine code sm_86 for NVIDIA GeForce RTX 3090") or why not ("CUDA 13.0 is newer than
+    the driver supports"); a sentence for people, empty when the backend has nothing to say."""
+    rank: tuple[int, ...] = ()
+    """Among fitting wheels of one backend, the higher runs better here (CUDA: (3,) exact machine code, (2,) machine
+    code of an older minor, (1,) PTX only); compared only between wheels of the same backend."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,33 @@ class BackendUnit:
         """The :class:`~playbook.facts.Facts` fields it owns, probed on this machine (detect calls each unit's probe
         and fills Facts with what they return); a missing tool is a fact, never an exception."""
         return {}
+
+    # ------------------------------------------------------------------ published wheels
+
+    def wheel_requirements(self, cmake_args: Sequence[str], toolkit_release: str,
+                           machine_code: Sequence[str]) -> dict[str, Any]:
+        """What a wheel of this backend needs of a machine beyond its CPU code, recorded beside it when it is
+        published (plain JSON values, read back by :meth:`wheel_fit`).
+
+        ``cmake_args``: the plan's CMake arguments; ``toolkit_release``: the release of the GPU toolkit it was built
+        with ("12.8"; "" for none); ``machine_code``: the architectures verify's machine-code listing found in its
+        library ("sm_86", "gfx1100"; empty when nothing was listed). {} when it needs nothing of its own."""
+        return {}
+
+    def wheel_fit(self, requirements: Mapping[str, Any], facts: Facts) -> WheelFit:
+        """Whether a wheel of this backend whose :meth:`wheel_requirements` were ``requirements`` runs on the machine
+        ``facts`` describe. This default: a backend that offloads needs a GPU among its :meth:`devices` (a CPU-type
+        device, Mesa's lavapipe, is no reason to take its wheel over a CPU one); one that does not, nothing."""
+        if not self.offloads:
+            return WheelFit(True, "runs on the CPU")
+        found = self.devices(facts)
+        gpus = [d for d in found if d.kind == "gpu"]
+        if gpus:
+            return WheelFit(True, f"runs on {gpus[0].describe()}")
+        if found:
+            return WheelFit(False, f"only CPU-type {self.name} devices here ({', '.join(d.name for d in found)}): no "
+                                   "faster than a CPU wheel")
+        return WheelFit(False, f"no {self.name} GPU was detected")
 
     # ------------------------------------------------------------------ devices
 

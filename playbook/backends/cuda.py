@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import glob
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
+from typing import Any
 
-from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
+from playbook.backends import cuda_wheel
+from playbook.backends.base import GIB_MIB, Assessment, BackendUnit, WheelFit
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
 from playbook.errors import ParameterError
 from playbook.facts import CCCL_HEADERS, CudaToolkit, Device, Facts, Tool
@@ -647,6 +650,18 @@ class CudaBackend(BackendUnit):
 
     def toolkit_release(self, inputs: BackendInputs) -> str:
         return plan_cuda_version(inputs)
+
+    def wheel_requirements(self, cmake_args: Sequence[str], toolkit_release: str,
+                           machine_code: Sequence[str]) -> dict[str, Any]:
+        """The CUDA release, the machine code (``sass``) and the PTX the wheel holds (:mod:`.cuda_wheel`)."""
+        return cuda_wheel.requirements(cmake_args, toolkit_release, machine_code)
+
+    def wheel_fit(self, requirements: Mapping[str, Any], facts: Facts) -> WheelFit:
+        """The best NVIDIA GPU runs its machine code or PTX, and the driver supports its CUDA release."""
+        gpu = facts.best_gpu
+        if gpu is None or not facts.driver.found:
+            return WheelFit(False, "no NVIDIA GPU with a working driver was detected")
+        return cuda_wheel.fit(requirements, gpu.arch, gpu.name, driver_cuda_version(facts))
 
     def devices(self, facts: Facts) -> list[Device]:
         return [Device(self.name, gpu.name, detail=f"compute {gpu.compute_capability}") for gpu in facts.gpus]

@@ -9,11 +9,13 @@ Reads detect's ``rocm`` (hipconfig, rocminfo's gfx targets, ROCm's clang, hipBLA
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
-from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
+from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft, defined_value
 from playbook.errors import ParameterError
 from playbook.facts import Device, Facts, Rocm
 from playbook.knowledge import compatibility
@@ -185,6 +187,14 @@ class HipBackend(BackendUnit):
         draft = PlanDraft(inputs)
         configure(draft)
         return draft.result()
+
+    def wheel_requirements(self, cmake_args: Sequence[str], toolkit_release: str,
+                           machine_code: Sequence[str]) -> dict[str, Any]:
+        """``gpu_targets``: the gfx targets its code objects are for ("gfx1100;gfx1030"), as verify listed them,
+        else as the plan's GPU_TARGETS gave them."""
+        targets = ";".join(machine_code) or defined_value(tuple(cmake_args), "GPU_TARGETS") or \
+            defined_value(tuple(cmake_args), "AMDGPU_TARGETS") or ""
+        return {"gpu_targets": targets} if targets else {}
 
     def devices(self, facts: Facts) -> list[Device]:
         return [Device(self.name, g.name or g.gfx, detail=g.gfx) for g in facts.rocm.gpus]

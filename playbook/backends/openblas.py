@@ -7,12 +7,13 @@ Reads detect's ``openblas`` (the library a link uses, cblas.h, pkg-config) and `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from playbook.backends.base import Assessment, BackendUnit
+from playbook.backends.base import Assessment, BackendUnit, WheelFit
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
-from playbook.facts import OpenBlas
+from playbook.facts import Facts, OpenBlas
 from playbook.knowledge import compatibility
 
 # Folders CMake's find_library and pkg-config search without being told.
@@ -100,3 +101,9 @@ class OpenBlasBackend(BackendUnit):
         planner.env["PKG_CONFIG_PATH"] = (folder / "pkgconfig").as_posix()
         planner.decide("OpenBLAS prefix", prefix.as_posix(), "outside the folders CMake and pkg-config search by "
                        "themselves: CMAKE_PREFIX_PATH and PKG_CONFIG_PATH point at it")
+
+    def wheel_fit(self, requirements: Mapping[str, Any], facts: Facts) -> WheelFit:
+        """Its ggml-blas links the OpenBLAS library: a machine without one cannot load the wheel."""
+        if not facts.openblas.library:
+            return WheelFit(False, "no OpenBLAS library was detected (its ggml-blas links libopenblas)")
+        return WheelFit(True, f"runs on the CPU with OpenBLAS {facts.openblas.library}")

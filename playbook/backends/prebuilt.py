@@ -4,10 +4,12 @@ parameter ``build.prebuilt_lib`` chooses it over any backend."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from playbook.backends import cuda
-from playbook.backends.base import Assessment, BackendUnit
+from playbook.backends.base import Assessment, BackendUnit, WheelFit
 from playbook.backends.plan import MULTIMODAL_OPTION, BackendInputs, BackendPlan, PlanDraft
 from playbook.facts import Device, Facts
 
@@ -46,6 +48,12 @@ class PrebuiltBackend(BackendUnit):
         if inputs.platform in ("linux", "wsl"):
             cuda.check_driver_libraries(draft)  # the library may well be a CUDA build
         return draft.result()
+
+    def wheel_fit(self, requirements: Mapping[str, Any], facts: Facts) -> WheelFit:
+        """Never elsewhere: the wheel holds no llama.cpp and loads the library build.prebuilt_lib named on the
+        machine that built it."""
+        return WheelFit(False, "it holds no llama.cpp and loads a library built elsewhere (build.prebuilt_lib), "
+                               "which only the machine that built it has")
 
     def devices(self, facts: Facts) -> list[Device]:
         return []  # whatever the library was built for: verify cannot know

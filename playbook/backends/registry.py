@@ -61,7 +61,7 @@ def parameter_values() -> list[str]:
 
 def with_settings() -> list[BackendUnit]:
     """The units with a parameter section of their own (``cuda:``, ``hip:``, ``vulkan:``)."""
-    return [u for u in UNITS if u.settings_type.__dataclass_fields__]
+    return [u for u in UNITS if getattr(u.settings_type, "__dataclass_fields__", None)]
 
 
 def settings_section(name: str) -> type[Any] | None:

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playbook.backends import registry
 from playbook.errors import ExitCode, PlaybookError
+from playbook.facts import Facts
 from playbook.process import run_captured
 from playbook.serialization import write_json
 from playbook.wheelindex import index as wheel_index
@@ -130,8 +132,8 @@ def check_wheel(wheel: Path, record: WheelRecord, facts, params, cache_dir: Path
     short = dataclasses.replace(params.verify, sweep_points=2, repetitions=1, prompt_tokens=64, gen_tokens=16,
                                 n_gpu_layers=[], llama_bench=False, tune=False, required_symbols=[])
     params = dataclasses.replace(params, verify=short)
-    gpu_backend = record.backend not in ("cpu", "openblas")
-    target = VerifyTarget(expect_gpu=gpu_backend, gpu_present=gpu_backend, backend=record.backend,
+    backend_unit = registry.unit(record.backend)
+    target = VerifyTarget(expect_gpu=backend_unit.offloads, gpu_present=bool(backend_unit.device(facts)), backend=record.backend,
                           cmake_args=list(record.cmake_args), multimodal=False)
     from playbook.verify.measurement import VerifyRequest
 
@@ -160,7 +162,7 @@ def local_index(cache_dir: Path) -> Path:
 
 @dataclass
 class InstallRequest:
-    facts: object
+    facts: Facts
     params: object
     sources: list[str]
     into: Path | None = None
@@ -177,7 +179,7 @@ def install(request: InstallRequest, log: Log = print) -> InstallRecord:
     params = request.params
     cache_dir: Path = params.cache_dir  # type: ignore[attr-defined]
     python = python_of(request.into)
-    needs = needs_from_facts(request.facts, accepted_tags(python), params.backend.value,  # type: ignore[attr-defined]
+    needs = needs_from_facts(request.facts, accepted_tags(python), params.backend,  # type: ignore[attr-defined]
                              params.source.version if params.source.kind == "sdist" else "")  # type: ignore[attr-defined]
     local_index(cache_dir).mkdir(parents=True, exist_ok=True)
     sources = [str(local_index(cache_dir)), *request.sources]

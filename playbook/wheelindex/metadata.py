@@ -1,9 +1,14 @@
 """The record published beside a wheel: what decides where it can run, what verify measured, where it came from.
 
 It is read from a run folder whose verify passed (:func:`record_from_run`): detect's facts (CPU flags, glibc),
-the plan (backend, CMake arguments, CUDA architectures), the build (wheel, source digest) and verify's result
-(offload, agreement, throughput, the CUDA machine code cuobjdump listed). A run whose verify did not pass is
-refused: an index holds only wheels that ran.
+the plan (backend, CMake arguments, the toolkit's release), the build (wheel, source digest) and verify's result
+(offload, agreement, throughput, the machine code its listing found). What the wheel needs beyond its CPU code is
+its backend's to say (:meth:`~playbook.backends.base.BackendUnit.wheel_requirements`), kept as plain values under
+``requirements``. A run whose verify did not pass is refused: an index holds only wheels that ran.
+
+Format 2 (``"format": 2``). A format 1 record (no ``format``) kept its backend's needs in a section named by the
+backend (``"cuda": {"release", "sass", "ptx", "sass_listed"}``) and HIP's targets in ``gpu_targets``: it is read
+as format 2 (:meth:`WheelRecord.upgrade_json`), so the wheels already published stay installable.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from playbook.errors import PlaybookError
 from playbook.files import sha256_of
@@ -19,6 +25,7 @@ from playbook.runfolder.folder import RunFolder
 from playbook.runfolder.layout import Step
 
 PROJECT = "llama-cpp-python"
+FORMAT = 2
 
 # ggml's CMake switches for x86 instruction sets -> the /proc/cpuinfo flag each one needs (detect's names).
 CPU_SWITCHES = {"GGML_AVX": "avx", "GGML_AVX2": "avx2", "GGML_FMA": "fma", "GGML_F16C": "f16c",
@@ -42,20 +49,6 @@ class CpuTarget:
     """The CPU flags (detect's names: avx2, avx512f ...) a machine must have to run it."""
     runtime_dispatch: bool = False
     """GGML_CPU_ALL_VARIANTS: every variant is in the wheel and the best one is picked when it loads."""
-
-
-@dataclass
-class CudaTarget:
-    """The GPU code a CUDA wheel holds."""
-
-    release: str
-    """The CUDA toolkit release it was compiled with; a driver must support at least this one."""
-    sass: list[str] = field(default_factory=list)
-    """Real machine code: ``sm_86``, ``sm_120a``."""
-    ptx: list[str] = field(default_factory=list)
-    """PTX the driver compiles when it loads: ``compute_90``."""
-    sass_listed: bool = False
-    """``sass`` comes from cuobjdump on the wheel (verify), not only from the plan's architectures."""
 
 
 @dataclass
@@ -101,12 +94,30 @@ class WheelRecord:
     """The glibc of the machine that built it: a machine with an older one cannot load its libraries."""
     cpu: CpuTarget
     cmake_args: list[str] = field(default_factory=list)
-    cuda: CudaTarget | None = None
-    gpu_targets: str = ""
-    """HIP: the gfx targets."""
+    requirements: dict[str, Any] = field(default_factory=dict)
+    """What it needs beyond its CPU code, as its backend recorded it (CUDA: ``release``, ``sass``, ``ptx``,
+    ``sass_listed``; HIP: ``gpu_targets``); its backend's ``wheel_fit`` reads it. {} when nothing."""
     verified: VerifiedFigures = field(default_factory=lambda: VerifiedFigures(""))
     origin: Origin | None = None
     published: str = ""
+    format: int = FORMAT
+    """The record's format: 2 since the backend's needs moved under ``requirements``."""
+
+    @classmethod
+    def upgrade_json(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A format 1 record as format 2: its section named by its backend (and HIP's ``gpu_targets``) become
+        ``requirements``."""
+        if "requirements" in data:
+            return data
+        upgraded = dict(data)
+        section = upgraded.pop(str(data.get("backend", "")), None)
+        requirements = dict(section) if isinstance(section, dict) else {}
+        targets = upgraded.pop("gpu_targets", "")
+        if targets:
+            requirements["gpu_targets"] = targets
+        upgraded["requirements"] = requirements
+        upgraded["format"] = FORMAT
+        return upgraded
 
     @property
     def variant(self) -> str:
@@ -115,12 +126,17 @@ class WheelRecord:
 
     def describe(self) -> str:
         parts = [f"{self.backend}", f"llama-cpp-python {self.version}", self.python_tag + "-" + self.platform_tag]
-        if self.cuda:
-            parts.append(f"CUDA {self.cuda.release} sass {','.join(self.cuda.sass) or '-'} "
-                         f"ptx {','.join(self.cuda.ptx) or '-'}")
+        if self.requirements:
+            parts.append(" ".join(f"{key} {describe_value(value)}" for key, value in self.requirements.items()))
         cpu = "runtime dispatch" if self.cpu.runtime_dispatch else ",".join(self.cpu.required_flags) or "baseline"
         parts.append(("native CPU: " if self.cpu.native else "CPU: ") + cpu)
         return "; ".join(parts)
+
+
+def describe_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value) if value != "" else "-"
 
 
 def wheel_tags(name: str) -> tuple[str, str, str, str]:
@@ -157,19 +173,6 @@ def cpu_target(cmake_args: list[str], build_machine_flags: list[str]) -> CpuTarg
     return CpuTarget(False, sorted(flag for switch, flag in CPU_SWITCHES.items() if is_on(values.get(switch, "OFF"))))
 
 
-def cuda_target(release: str, cmake_architectures: str, listed_sass: list[str]) -> CudaTarget:
-    """CMake's ``86`` is both sm_86 machine code and compute_86 PTX; ``86-real`` machine code only; ``90-virtual``
-    PTX only. The machine code cuobjdump listed (verify), when there is a list, is what the wheel holds."""
-    sass, ptx = [], []
-    for item in filter(None, cmake_architectures.split(";")):
-        number, _, kind = item.partition("-")
-        if kind != "virtual":
-            sass.append(f"sm_{number}")
-        if kind != "real":
-            ptx.append(f"compute_{number}")
-    return CudaTarget(release, list(listed_sass) if listed_sass else sass, ptx, bool(listed_sass))
-
-
 def verified_attempt(run: RunFolder) -> int:
     """The attempt whose verify passed, refusing a run that has none, naming the run and what to do."""
     record = run.record()
@@ -184,10 +187,16 @@ def verified_attempt(run: RunFolder) -> int:
 
 def record_from_run(run_dir: Path) -> tuple[WheelRecord, Path]:
     """The record of the run's verified wheel and the wheel's path."""
+    from playbook.backends import registry
+    from playbook.facts import Facts
     from playbook.steps.build import BuildResult
     from playbook.steps.configure import BuildPlan
-    from playbook.steps.detect import Facts
+    from playbook.steps.repair import plan_toolkit_release
     from playbook.verify.result import VerifyResult
+    from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
+    from playbook.verify.units.machine_code import MACHINE_CODE
+    from playbook.verify.units.model_file import MODEL_FILE
+    from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP
 
     run = RunFolder(run_dir)
     if not run.exists():
@@ -214,28 +223,29 @@ def record_from_run(run_dir: Path) -> tuple[WheelRecord, Path]:
                              f"{build.wheel.sha256}; the file changed after the run: `playbook check {run.path}`")
     version, python_tag, abi_tag, platform_tag = wheel_tags(wheel.name)
     cmake_args = [a for a in plan.cmake_args if not LAUNCHER_ARG.match(a)]
-    cuda = None
-    if plan.backend.value == "cuda":
-        release = next((t.version for t in facts.cuda_toolkits if t.root == plan.cuda_toolkit), "")
-        if not release and plan.toolkit_request is not None:
-            release = plan.toolkit_request.release
-        listed = verify.cuda_elf.architectures if verify.cuda_elf is not None else []
-        cuda = cuda_target(".".join(release.split(".")[:2]), plan.cuda_architectures, listed)
-    offloaded = [p for p in verify.points if p.status == "ok"]
+    listing = verify.measured(MACHINE_CODE)
+    machine_code = list(listing.listing.architectures) if listing is not None else []
+    requirements = registry.unit(plan.backend).wheel_requirements(
+        plan.cmake_args, plan_toolkit_release(plan, facts), machine_code)
+    sweep = verify.measured(OFFLOAD_SWEEP)
+    points = sweep.points if sweep is not None else []
+    offloaded = [p for p in points if p.status == "ok"]
     best_tg = max((p.tg_tokens_per_s for p in offloaded if p.tg_tokens_per_s), default=None)
     best_pp = max((p.pp_tokens_per_s for p in offloaded if p.pp_tokens_per_s), default=None)
-    last = verify.points[-1] if verify.points else None
+    last = points[-1] if points else None
+    model = verify.measured(MODEL_FILE)
+    agreement = verify.measured(GPU_CPU_AGREEMENT)
     gpu = facts.best_gpu
     figures = VerifiedFigures(
         verify.summary, last.offloaded_layers if last else None,
-        int(verify.model["n_layer"]) + 1 if verify.model.get("n_layer") is not None else None,
-        verify.agreement.top1_agreement if verify.agreement else None,
-        verify.agreement.ok if verify.agreement else None, best_tg, best_pp, facts.cpu.model, gpu.name if gpu else "")
+        model.n_layer + 1 if model is not None and model.n_layer else None,
+        agreement.top1_agreement if agreement else None, agreement.ok if agreement else None, best_tg, best_pp,
+        facts.cpu.model, gpu.name if gpu else "")
     origin = Origin(run.record().run_id, run.record().started, attempt, playbook_commit(),
                     sha256_of(layout.attestation) if layout.attestation.is_file() else "")
-    record = WheelRecord(wheel.name, digest, wheel.stat().st_size, version, build.source.sha256, plan.backend.value,
+    record = WheelRecord(wheel.name, digest, wheel.stat().st_size, version, build.source.sha256, plan.backend,
                          python_tag, abi_tag, platform_tag, facts.os.glibc, cpu_target(cmake_args, facts.cpu.flags),
-                         cmake_args, cuda, plan.gpu_targets if plan.backend.value == "hip" else "", figures, origin)
+                         cmake_args, requirements, figures, origin)
     return record, wheel
 
 

@@ -1,11 +1,13 @@
 """Which published wheel fits this machine, with a reason for every choice and every rejection.
 
-What the machine needs comes from detect's :class:`~playbook.steps.detect.Facts` and the target interpreter's
-wheel tags. A wheel is rejected when this machine cannot run it: a tag the interpreter does not accept, a glibc
-newer than this one, a backend without its device here, a CPU instruction this CPU lacks, a CUDA release newer
-than the driver supports, or no machine code or PTX for this GPU (sm_90-only for an sm_86 GPU). Of the rest the
-best is chosen: the preferred backend first, native machine code (SASS) over PTX, then the wheel that uses the
-most of this CPU's instructions.
+What the machine needs comes from detect's :class:`~playbook.facts.Facts` and the target interpreter's wheel tags.
+A wheel is rejected when this machine cannot run it: a tag the interpreter does not accept, a glibc newer than
+this one, a CPU instruction this CPU lacks (the CPU code is every wheel's: its rules are here), or what its
+backend's own rules refuse (:meth:`~playbook.backends.base.BackendUnit.wheel_fit`: no device of that backend here,
+a CUDA release newer than the driver supports, no machine code or PTX for this GPU). Of the rest the best is
+chosen: the preferred backend first (the registry's ``backend: auto`` order, then the other backends that offload,
+then those that do not, the CPU last), then the backend's own rank (CUDA: native machine code over PTX), then the
+wheel that uses the most of this CPU's instructions.
 """
 
 from __future__ import annotations
@@ -13,10 +15,28 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from playbook.backends import registry
+from playbook.backends.base import BackendUnit
+from playbook.facts import Facts
 from playbook.wheelindex.metadata import WheelRecord
 
-# The order `backend: auto` prefers among wheels whose device is here; cpu always runs.
-GPU_BACKENDS = ("cuda", "hip", "metal", "vulkan", "sycl")
+ANY_BACKEND = ("", "auto")
+
+
+def preferred_units() -> list[BackendUnit]:
+    """Every backend, in the order install prefers its wheels: ``backend: auto``'s order (``auto_rank``), then the
+    other backends that offload, then those that do not, the fallback (the CPU) last; the registry's order within
+    each."""
+    units = list(registry.units())
+    fallback = registry.fallback()
+    return sorted(units, key=lambda u: (u is fallback, not u.offloads,
+                                        u.auto_rank if u.auto_rank is not None else float("inf"), units.index(u)))
+
+
+def has_device_here(unit: BackendUnit, facts: Facts) -> bool:
+    """A wheel of ``unit`` has what it runs on here: the fallback and a backend that offloads nothing run on the
+    CPU; one that offloads needs one of its devices that is a GPU (CPU-type devices make it no faster than the CPU)."""
+    return unit is registry.fallback() or not unit.offloads or any(d.kind == "gpu" for d in unit.devices(facts))
 
 
 @dataclass
@@ -24,21 +44,29 @@ class MachineNeeds:
     """What a wheel must fit."""
 
     backends: list[str]
-    """Backends this machine can run, preferred first (cpu last)."""
+    """Backends whose wheels may run here, preferred first (the CPU last): those with a device here, as far as the
+    ``backend`` parameter allows."""
     tags: list[str]
     """The wheel tags the target interpreter accepts (``cp311-cp311-manylinux_2_36_x86_64`` ...), best first."""
-    cpu_flags: list[str] = field(default_factory=list)
-    cpu_model: str = ""
-    glibc: str = ""
-    gpu_arch: str = ""
-    """The best NVIDIA GPU's compute capability as CMake writes it: ``86``."""
-    gpu_name: str = ""
-    driver_cuda: str = ""
-    """The newest CUDA release the driver supports: ``12.8``."""
+    facts: Facts
+    """This machine, as detect found it: every backend's :meth:`~playbook.backends.base.BackendUnit.wheel_fit`
+    reads it."""
     version: str = ""
     """The llama-cpp-python version asked for; "" for any."""
     why_not: dict[str, str] = field(default_factory=dict)
     """backend -> why this machine cannot run it (for the rejections' reasons)."""
+
+    @property
+    def cpu_flags(self) -> list[str]:
+        return list(self.facts.cpu.flags)
+
+    @property
+    def cpu_model(self) -> str:
+        return self.facts.cpu.model
+
+    @property
+    def glibc(self) -> str:
+        return self.facts.os.glibc
 
 
 @dataclass
@@ -59,62 +87,25 @@ class Candidate:
     record: WheelRecord
 
 
-def needs_from_facts(facts, tags: list[str], backend: str = "auto", version: str = "") -> MachineNeeds:  # type: ignore[no-untyped-def]
+def needs_from_facts(facts: Facts, tags: list[str], backend: str = "auto", version: str = "") -> MachineNeeds:
     """What this machine can run, from detect's facts (``backend``: the parameter; ``auto`` allows every backend
-    whose device is here)."""
-    present: dict[str, str] = {}
-    gpu = facts.best_gpu
-    if gpu is not None and facts.driver.found:
-        present["cuda"] = ""
-    if facts.rocm.gfx_targets:
-        present["hip"] = ""
-    if facts.os.apple_silicon:
-        present["metal"] = ""
-    if facts.vulkan.gpus:
-        present["vulkan"] = ""
-    if facts.sycl.gpus:
-        present["sycl"] = ""
-    if facts.openblas.found:
-        present["openblas"] = ""
-    present["cpu"] = ""
-    why_not = {"cuda": "this machine has no NVIDIA GPU with a working driver", "hip": "no ROCm GPU was detected",
-               "metal": "this is not Apple silicon", "vulkan": "no Vulkan GPU was detected",
-               "sycl": "no SYCL GPU was detected", "openblas": "no OpenBLAS library was detected"}
-    usable = [b for b in (*GPU_BACKENDS, "openblas", "cpu") if b in present]
-    if backend not in ("", "auto"):
+    with a device here)."""
+    usable, why_not = [], {}
+    for unit in preferred_units():
+        if has_device_here(unit, facts):
+            usable.append(unit.name)
+        else:
+            why_not[unit.name] = unit.wheel_fit({}, facts).reason or f"no {unit.name} device was detected"
+    if backend not in ANY_BACKEND:
         for other in usable:
             if other != backend:
                 why_not[other] = f"backend is set to {backend}"
-        usable = [backend] if backend in present else []
-    return MachineNeeds(usable, tags, list(facts.cpu.flags), facts.cpu.model, facts.os.glibc,
-                        gpu.arch if gpu else "", gpu.name if gpu else "", facts.driver.cuda_version, version,
-                        {b: r for b, r in why_not.items() if b not in usable})
+        usable = [backend] if backend in usable else []
+    return MachineNeeds(usable, tags, facts, version, why_not)
 
 
 def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:4])
-
-
-def gpu_code_fit(record: WheelRecord, needs: MachineNeeds) -> tuple[int, str]:
-    """(3 exact machine code, 2 machine code of an older minor of the same major, 1 PTX only, 0 none), and why."""
-    assert record.cuda is not None
-    arch = needs.gpu_arch
-    if not arch.isdigit():
-        return 0, f"the GPU's compute capability ({arch or 'unknown'}) cannot be read"
-    major, minor = int(arch[:-1]), int(arch[-1])
-    sass = record.cuda.sass
-    if f"sm_{arch}" in sass or f"sm_{arch}a" in sass:
-        return 3, f"native machine code sm_{arch} for {needs.gpu_name or 'this GPU'}"
-    for code in sass:
-        match = re.fullmatch(r"sm_(\d+)(\d)f?", code)
-        if match and int(match[1]) == major and int(match[2]) <= minor:
-            return 2, f"machine code {code} runs on sm_{arch} (same major, older minor)"
-    for code in record.cuda.ptx:
-        match = re.fullmatch(r"compute_(\d+)", code)
-        if match and int(match[1]) <= int(arch):
-            return 1, f"PTX {code} only: the driver compiles it for sm_{arch} at the first load (slower start)"
-    return 0, (f"holds machine code {', '.join(sass) or 'none'} and PTX {', '.join(record.cuda.ptx) or 'none'}: "
-               f"nothing that runs on sm_{arch} ({needs.gpu_name or 'this GPU'})")
 
 
 def assess(record: WheelRecord, needs: MachineNeeds) -> tuple[tuple[int, ...] | None, str]:
@@ -134,23 +125,16 @@ def assess(record: WheelRecord, needs: MachineNeeds) -> tuple[tuple[int, ...] | 
     if missing:
         how = "compiled natively on a CPU with" if record.cpu.native else "compiled for"
         return None, f"{how} {', '.join(missing)}, which this CPU ({needs.cpu_model or 'unknown'}) lacks"
-    reasons, gpu_fit = [], 0
-    if record.cuda is not None:
-        if not needs.driver_cuda:
-            return None, "a CUDA wheel, and the driver's CUDA release is unknown"
-        if version_key(record.cuda.release) > version_key(needs.driver_cuda):
-            return None, (f"CUDA {record.cuda.release} is newer than the driver supports "
-                          f"(CUDA {needs.driver_cuda}): update the driver or use a wheel built with an older toolkit")
-        gpu_fit, why = gpu_code_fit(record, needs)
-        if gpu_fit == 0:
-            return None, why
-        reasons.append(why)
+    fit = registry.unit(record.backend).wheel_fit(record.requirements, needs.facts)
+    if not fit.ok:
+        return None, fit.reason
+    reasons = [fit.reason] if fit.reason else []
     cpu = ("picks its CPU code when it loads" if record.cpu.runtime_dispatch
            else f"uses {', '.join(record.cpu.required_flags)}" if record.cpu.required_flags else "baseline CPU code")
     reasons.append(cpu + " (this CPU has " + (", ".join(needs.cpu_flags) or "no listed extensions") + ")")
     backend_rank = len(needs.backends) - needs.backends.index(record.backend)
     cpu_rank = len(needs.cpu_flags) + 1 if record.cpu.runtime_dispatch else len(record.cpu.required_flags)
-    score = (backend_rank, gpu_fit, cpu_rank, *version_key(record.version))
+    score = (backend_rank, *fit.rank, cpu_rank, *version_key(record.version))
     return score, f"{record.backend} wheel; " + "; ".join(reasons)
 
 

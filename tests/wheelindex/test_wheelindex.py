@@ -14,7 +14,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import make_facts
 
+from playbook.backends import registry
+from playbook.facts import Facts, Gpu, NvidiaDriver
 from playbook.files import sha256_of
 from playbook.localhost import free_port
 from playbook.params import load_params
@@ -22,16 +25,9 @@ from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.wheelindex import index as wheel_index
 from playbook.wheelindex.install import InstallRequest, install
-from playbook.wheelindex.metadata import (
-    CpuTarget,
-    PublishRefused,
-    WheelRecord,
-    cpu_target,
-    cuda_target,
-    record_from_run,
-)
+from playbook.wheelindex.metadata import CpuTarget, PublishRefused, WheelRecord, cpu_target, record_from_run
 from playbook.wheelindex.project_lines import for_build, for_published
-from playbook.wheelindex.select import Candidate, MachineNeeds, choose
+from playbook.wheelindex.select import Candidate, MachineNeeds, choose, needs_from_facts
 
 PY = sys.executable
 
@@ -56,10 +52,23 @@ def record_of(wheel: Path, backend: str = "cpu", flags: tuple[str, ...] = (), **
     return dataclasses.replace(record, **changes)
 
 
-def needs(**changes) -> MachineNeeds:
-    base = MachineNeeds(["cuda", "cpu"], ["py3-none-any"], ["avx", "avx2", "f16c", "fma"], "a test CPU", "2.36",
-                        "86", "RTX 3090", "12.8", "0.3.36")
-    return dataclasses.replace(base, **changes)
+def cuda_target(release: str, architectures: str, listed: list[str]) -> dict:
+    """What the CUDA unit records of a wheel built for CMAKE_CUDA_ARCHITECTURES=``architectures``."""
+    return registry.unit("cuda").wheel_requirements([f"-DCMAKE_CUDA_ARCHITECTURES={architectures}"], release, listed)
+
+
+RTX_3090 = Gpu(0, "NVIDIA GeForce RTX 3090", 24576, "8.6")
+
+
+def machine_with(base: Facts, gpus: list[Gpu], driver_cuda: str) -> Facts:
+    """``base`` with a test CPU (avx, avx2, f16c, fma), glibc 2.36, and ``gpus`` behind a driver of ``driver_cuda``."""
+    facts = make_facts(base, gpus=gpus, driver=NvidiaDriver(bool(gpus), "570.86.10" if gpus else "", driver_cuda))
+    facts.cpu.flags, facts.cpu.model, facts.os.glibc = ["avx", "avx2", "f16c", "fma"], "a test CPU", "2.36"
+    return facts
+
+
+def needs(base: Facts, gpus: list[Gpu] = [RTX_3090], driver_cuda: str = "12.8") -> MachineNeeds:  # noqa: B006
+    return needs_from_facts(machine_with(base, gpus, driver_cuda), ["py3-none-any"], "auto", "0.3.36")
 
 
 @pytest.fixture
@@ -80,24 +89,39 @@ def test_what_a_wheel_needs_comes_from_its_cmake_arguments():
     portable = cpu_target(["-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_AVX512=ON", "-DGGML_FMA=OFF"], ["avx"])
     assert portable == CpuTarget(False, ["avx2", "avx512f"])
     assert cpu_target(["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"], []).runtime_dispatch
-    cuda = cuda_target("12.8", "86;90-virtual;120a-real", [])
-    assert (cuda.sass, cuda.ptx) == (["sm_86", "sm_120a"], ["compute_86", "compute_90"])
-    assert cuda_target("12.8", "86;89", ["sm_86"]).sass == ["sm_86"]  # what cuobjdump listed wins
+    cuda = cuda_target("12.8.1", "86;90-virtual;120a-real", [])
+    assert cuda == {"release": "12.8", "sass": ["sm_86", "sm_120a"], "ptx": ["compute_86", "compute_90"],
+                    "sass_listed": False}
+    assert cuda_target("12.8", "86;89", ["sm_86"])["sass"] == ["sm_86"]  # what cuobjdump listed wins
 
 
-def test_the_choice_never_takes_what_this_machine_cannot_run(tmp_path):
+def test_a_record_of_the_first_format_is_read_as_the_second():
+    """Wheels published before the backend's needs moved under ``requirements`` stay installable."""
+    from playbook.serialization import from_dict
+
+    old = {"wheel": "w.whl", "sha256": "1" * 64, "size_bytes": 1, "version": "0.3.36", "source_sha256": "",
+           "backend": "cuda", "python_tag": "py3", "abi_tag": "none", "platform_tag": "any", "glibc": "2.17",
+           "cpu": {"native": False}, "cuda": {"release": "12.8", "sass": ["sm_86"], "ptx": [], "sass_listed": True},
+           "gpu_targets": ""}
+    record = from_dict(WheelRecord, old)
+    assert (record.format, record.requirements) == (2, old["cuda"])
+    hip = from_dict(WheelRecord, {**old, "backend": "hip", "cuda": None, "gpu_targets": "gfx1100"})
+    assert hip.requirements == {"gpu_targets": "gfx1100"}
+
+
+def test_the_choice_never_takes_what_this_machine_cannot_run(tmp_path, this_machine):
     wheel = tmp_path / "llama_cpp_python-0.3.36-py3-none-any.whl"
     wheel.write_bytes(b"x")
     records = {
-        "sm90": record_of(wheel, "cuda", cuda=cuda_target("12.8", "90-real", []), sha256="1" * 64),
-        "ptx80": record_of(wheel, "cuda", cuda=cuda_target("12.4", "80-virtual", []), sha256="2" * 64),
-        "sm86": record_of(wheel, "cuda", cuda=cuda_target("12.8", "86-real", []), sha256="3" * 64),
-        "cuda13": record_of(wheel, "cuda", cuda=cuda_target("13.0", "86-real", []), sha256="4" * 64),
+        "sm90": record_of(wheel, "cuda", requirements=cuda_target("12.8", "90-real", []), sha256="1" * 64),
+        "ptx80": record_of(wheel, "cuda", requirements=cuda_target("12.4", "80-virtual", []), sha256="2" * 64),
+        "sm86": record_of(wheel, "cuda", requirements=cuda_target("12.8", "86-real", []), sha256="3" * 64),
+        "cuda13": record_of(wheel, "cuda", requirements=cuda_target("13.0", "86-real", []), sha256="4" * 64),
         "avx512": record_of(wheel, "cpu", ("avx2", "avx512f"), sha256="5" * 64),
         "avx2": record_of(wheel, "cpu", ("avx", "avx2"), sha256="6" * 64),
         "glibc": record_of(wheel, "cpu", glibc="2.39", sha256="7" * 64),
     }
-    selection = choose([Candidate("team", r) for r in records.values()], needs())
+    selection = choose([Candidate("team", r) for r in records.values()], needs(this_machine))
     by_sha = {v.variant.split("-")[1][0]: v for v in selection.verdicts}
     reason = {name: by_sha[r.sha256[0]].reason for name, r in records.items()}
     assert [c.record.sha256[0] for c in selection.ranked] == ["3", "2", "6"]  # SASS, then PTX, then the CPU wheel
@@ -107,8 +131,7 @@ def test_the_choice_never_takes_what_this_machine_cannot_run(tmp_path):
     assert "avx512f, which this CPU (a test CPU) lacks" in reason["avx512"]
     assert "glibc 2.39; this machine has 2.36" in reason["glibc"]
     # without a GPU the CUDA wheels are refused for that, and the CPU wheel is the best fit
-    cpu_only = choose([Candidate("team", r) for r in records.values()],
-                      needs(backends=["cpu"], gpu_arch="", driver_cuda="", why_not={"cuda": "no NVIDIA GPU"}))
+    cpu_only = choose([Candidate("team", r) for r in records.values()], needs(this_machine, gpus=[], driver_cuda=""))
     assert [c.record.sha256[0] for c in cpu_only.ranked] == ["6"]
     assert any("a cuda wheel: no NVIDIA GPU" in v.reason for v in cpu_only.verdicts)
 
@@ -118,9 +141,11 @@ def verified_run(tmp_path: Path, wheel: Path, facts, verify_ok: bool = True) -> 
     from playbook.steps.build import BuildResult, WheelInfo
     from playbook.steps.configure import configure
     from playbook.steps.source import SourceInfo
-    from playbook.verify.launcher import ChildOutcome
     from playbook.verify.result import VerifyResult
+    from playbook.verify.settings import BenchSettings
     from playbook.verify.sweep import SweepPoint
+    from playbook.verify.units.model_file import MODEL_FILE, ModelFile
+    from playbook.verify.units.offload_sweep import OFFLOAD_SWEEP, Sweep
 
     params = load_params(None, ["backend=cpu", f"build.cache_dir={tmp_path / 'cache'}"])
     run = RunFolder.create_at(tmp_path / "20261129T000000Z-test", params, "test")
@@ -133,9 +158,11 @@ def verified_run(tmp_path: Path, wheel: Path, facts, verify_ok: bool = True) -> 
     run.write(BuildResult(1, True, 0, 1.0, "build-attempt-1.log", [], {}, source,
                           WheelInfo(wheel.name, str(wheel), wheel.stat().st_size, sha256_of(wheel))),
               layout.build_result(1))
-    run.write(VerifyResult(verify_ok, wheel.name, "", ChildOutcome("ok", 0, 0.1, ""), "", {"n_layer": 4}, 2, [0],
-                           [SweepPoint(0, "ok", pp_tokens_per_s=100.0, tg_tokens_per_s=10.0)],
-                           summary="CPU-only build: measured"), layout.verify_result(1))
+    verify = VerifyResult(verify_ok, wheel.name, "", 2, summary="CPU-only build: measured")
+    verify.record(MODEL_FILE, ModelFile(tmp_path / "model.gguf", {"n_layer": 4}))
+    verify.record(OFFLOAD_SWEEP, Sweep([0], BenchSettings(2), [SweepPoint(0, "ok", pp_tokens_per_s=100.0,
+                                                                         tg_tokens_per_s=10.0)]))
+    run.write(verify, layout.verify_result(1))
     run.begin_step(Step.VERIFY, 1)
     run.finish_step(Step.VERIFY, 1, Outcome.OK if verify_ok else Outcome.FAILED, "measured")
     return run.path
@@ -151,6 +178,16 @@ def test_publish_refuses_a_run_whose_verify_did_not_pass(tmp_path, this_machine)
                            capture_output=True, text=True, timeout=300, check=False)
     assert shown.returncode == 2 and "no passed verify" in shown.stderr
     assert not (tmp_path / "index").exists()
+
+
+def test_publish_records_a_verified_run(tmp_path, this_machine):
+    """A passed run's record: its backend's requirements (none for the CPU), verify's figures, its CPU code."""
+    wheel = small_wheel(tmp_path, "cpu")
+    record, found = record_from_run(verified_run(tmp_path, wheel, this_machine))
+    assert found.name == wheel.name and record.sha256 == sha256_of(wheel)
+    assert (record.backend, record.requirements, record.format) == ("cpu", {}, 2)
+    assert (record.verified.offloadable_layers, record.verified.best_tg_tokens_per_s) == (5, 10.0)
+    assert record.describe().startswith("cpu; llama-cpp-python 0.3.36; py3-any")
 
 
 def fresh_venv(path: Path) -> Path:
@@ -275,7 +312,7 @@ def test_uv_sync_installs_the_published_wheel_and_a_backend_change_never_reuses_
     wheel_index.FolderStore(root).root.mkdir(exist_ok=True)
     cpu, cuda = small_wheel(tmp_path, "cpu"), small_wheel(tmp_path, "cuda")
     assert cpu.name == cuda.name  # one file name for both builds: what a version-keyed cache confuses
-    records = {"cpu": record_of(cpu, "cpu"), "cuda": record_of(cuda, "cuda", cuda=cuda_target("12.8", "86", []))}
+    records = {"cpu": record_of(cpu, "cpu"), "cuda": record_of(cuda, "cuda", requirements=cuda_target("12.8", "86", []))}
     urls = {}
     for name, wheel in (("cpu", cpu), ("cuda", cuda)):
         urls[name] = wheel_index.publish(wheel_index.FolderStore(root), records[name], wheel)
