@@ -141,6 +141,14 @@ class BackendUnit:
                      f"asked for in parameters; {assessment.usable_because or assessment.blocked_because}")
         return Choice(self.name, draft.result())
 
+    def choose_natively(self, inputs: BackendInputs) -> Choice:
+        """The platform's own choice, for a unit ``native_to`` it: for ``backend: auto`` and for a backend that does
+        not exist there; itself when usable, else another backend, saying why in ``fell_back_because``."""
+        assessment = self.assess(inputs)
+        if assessment.usable:
+            return self.requested(inputs)
+        return Choice("cpu", BackendPlan(), assessment.blocked_because)
+
     def whichever_built(self, inputs: BackendInputs) -> BackendPlan:
         """Checks of its settings that hold whichever backend is built (an architecture no toolkit knows)."""
         return BackendPlan()

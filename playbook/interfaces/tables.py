@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import sys
 import time
@@ -30,7 +31,7 @@ def backends_table() -> pd.DataFrame:
     per_family = load_knowledge_base().families()
     rows = []
     for unit in registry.units():
-        keys = list(unit.settings_type.__dataclass_fields__)
+        keys = [f.name for f in dataclasses.fields(unit.settings_type)]
         rows.append({
             "backend": unit.name,
             "status": unit.status,

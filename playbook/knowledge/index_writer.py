@@ -40,7 +40,7 @@ def query_lines_from(repo: Path) -> list[list[str]]:
 
 @lru_cache(maxsize=4)
 def _examples_and_queries(repo: Path) -> tuple[tuple[Example, list[str]], ...]:
-    rows = []
+    rows: list[tuple[str, tuple[str, ...], str, str]] = []
     failures = repo / "tests" / "data" / "failures"
     for path in sorted(failures.glob("*/*.txt")):
         text = path.read_text(encoding="utf-8")

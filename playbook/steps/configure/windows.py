@@ -23,7 +23,7 @@ def choose_generator(facts: Facts, platform: str) -> tuple[str, BackendPlan]:
             "generator", "Ninja", "the Visual Studio generator needs CUDA's Visual Studio integration "
             "('No CUDA toolset found'); Ninja only needs the developer environment"),))
     studio = facts.newest_visual_studio
-    warnings = ()
+    warnings: tuple[PlanWarning, ...] = ()
     if studio is None or not studio.cuda_integration:
         warnings = (PlanWarning("no-cuda-toolset", "ninja not found and CUDA's Visual Studio integration is not "
                                 "installed: CMake will stop with 'No CUDA toolset found'; `pip install ninja` (the "
