@@ -85,8 +85,9 @@ def pinned_source(tmp_path_factory):
     holds every build's objects, so each later build compiles only what differs (ggml-cpu without
     -march=native, the RPC and Vulkan backends' own files). The cache is $PLAYBOOK_TEST_CACHE when set (kept
     between sessions: its wheel cache then answers the builds it already made), else a folder of this session.
-    The sdist is copied from this machine's playbook cache when a run put it there (resolve_source checks its
-    sha256), else downloaded once."""
+    $PLAYBOOK_TEST_CCACHE, when set, is its ccache folder, kept between sessions (.ci/run keeps one in the
+    playbook's cache): objects only, so every build still builds, only faster. The sdist is copied from this
+    machine's playbook cache when a run put it there (resolve_source checks its sha256), else downloaded once."""
     import os
     import shutil
 
@@ -95,6 +96,9 @@ def pinned_source(tmp_path_factory):
 
     kept_cache = os.environ.get("PLAYBOOK_TEST_CACHE")
     cache = Path(kept_cache) if kept_cache else tmp_path_factory.mktemp("playbook-cache")
+    kept_ccache = os.environ.get("PLAYBOOK_TEST_CCACHE")
+    if kept_ccache and not (cache / "ccache").exists():
+        link_ccache(cache, Path(kept_ccache))
     params = load_params()
     name = SDIST_NAME.format(version=params.source.version)
     kept = params.cache_dir / "sdists" / name
@@ -104,26 +108,27 @@ def pinned_source(tmp_path_factory):
     return resolve_source(params.source.version, params.source.sha256, cache), cache
 
 
-def share_ccache(cache: Path, shared: Path) -> None:
-    """Give the playbook cache ``cache`` the compiler cache of ``shared`` (a link to its ``ccache`` folder, where
-    the build step points CCACHE_DIR): a build there still runs every compile step, and takes from ccache the
-    objects that the session's other builds left. Paths are hashed relative to each cache (CCACHE_BASEDIR), so
-    the same source file under either cache is one entry."""
-    (shared / "ccache").mkdir(parents=True, exist_ok=True)
+def link_ccache(cache: Path, ccache_dir: Path) -> None:
+    """Make ``ccache_dir`` the compiler cache of the playbook cache ``cache`` (its ``ccache`` folder, where the
+    build step points CCACHE_DIR, becomes a link): a build there still runs every compile step, and takes from
+    ccache the objects that other builds left. Paths are hashed relative to each cache (CCACHE_BASEDIR), so the
+    same source file under two caches is one entry."""
+    ccache_dir = ccache_dir.resolve()
+    ccache_dir.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
-    (cache / "ccache").symlink_to(shared / "ccache", target_is_directory=True)
+    (cache / "ccache").symlink_to(ccache_dir, target_is_directory=True)
 
 
 @pytest.fixture
 def seeded_cache(tmp_path, pinned_source) -> Path:
     """A fresh playbook cache (``tmp_path/cache``) that already holds the pinned sdist: a run that fetches its
     source finds it there instead of calling ``pip download``, which can stall for minutes. Fresh: no wheel,
-    build folder or remembered repair; only its compiler cache is the session's (:func:`share_ccache`)."""
+    build folder or remembered repair; only its compiler cache is the session's (:func:`link_ccache`)."""
     import shutil
 
     _, session_cache = pinned_source
     shutil.copytree(session_cache / "sdists", tmp_path / "cache" / "sdists")
-    share_ccache(tmp_path / "cache", session_cache)
+    link_ccache(tmp_path / "cache", session_cache / "ccache")
     return tmp_path / "cache"
 
 
