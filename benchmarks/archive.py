@@ -49,6 +49,10 @@ INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "openblas-vs-cpu-vm.txt": (
         "python benchmarks/openblas_vs_cpu.py RUN_OPENBLAS RUN_CPU",
         ("benchmarks/openblas_vs_cpu.py", "playbook/verify/", "playbook/child_scripts/", "params/openblas.yaml")),
+    "slow-tier-builds-cpu-vm.txt": (
+        "python benchmarks/slow_tier_builds.py BASETEMP, after pytest of the three chain tests (see the file)",
+        ("benchmarks/slow_tier_builds.py", "tests/test_end_to_end.py", "tests/test_rpc_end_to_end.py",
+         "tests/test_vulkan_end_to_end.py", "playbook/steps/build.py", "playbook/steps/caches.py")),
     "cxx-runtime-check-gpu-machine.txt": (
         "scripts/gpu-cxx-runtime-check.sh on a GPU machine", ("scripts/gpu-cxx-runtime-check.sh",)),
 }

@@ -82,31 +82,54 @@ RTX_4070 = Gpu(0, "NVIDIA GeForce RTX 4070", 12282, "8.9")
 
 @pytest.fixture(scope="session")
 def pinned_source(tmp_path_factory):
-    """The pinned llama-cpp-python sdist and a cache folder for it: copied from this machine's playbook cache
-    when a run put it there (resolve_source checks its sha256), else downloaded once per session."""
+    """The pinned llama-cpp-python sdist and the playbook cache that the slow tier's builds share: its ccache
+    holds every build's objects, so each later build compiles only what differs (ggml-cpu without
+    -march=native, the RPC and Vulkan backends' own files). The cache is $PLAYBOOK_TEST_CACHE when set (kept
+    between sessions: its wheel cache then answers the builds it already made), else a folder of this session.
+    $PLAYBOOK_TEST_CCACHE, when set, is its ccache folder, kept between sessions (.ci/run keeps one in the
+    playbook's cache): objects only, so every build still builds, only faster. The sdist is copied from this
+    machine's playbook cache when a run put it there (resolve_source checks its sha256), else downloaded once."""
+    import os
     import shutil
 
     from playbook.params import load_params
     from playbook.steps.source import SDIST_NAME, resolve_source
 
-    cache = tmp_path_factory.mktemp("playbook-cache")
+    kept_cache = os.environ.get("PLAYBOOK_TEST_CACHE")
+    cache = Path(kept_cache) if kept_cache else tmp_path_factory.mktemp("playbook-cache")
+    kept_ccache = os.environ.get("PLAYBOOK_TEST_CCACHE")
+    if kept_ccache and not (cache / "ccache").exists():
+        link_ccache(cache, Path(kept_ccache))
     params = load_params()
     name = SDIST_NAME.format(version=params.source.version)
     kept = params.cache_dir / "sdists" / name
-    if kept.is_file():
-        (cache / "sdists").mkdir()
+    if kept.is_file() and not (cache / "sdists" / name).is_file():
+        (cache / "sdists").mkdir(parents=True, exist_ok=True)
         shutil.copy2(kept, cache / "sdists" / name)
     return resolve_source(params.source.version, params.source.sha256, cache), cache
+
+
+def link_ccache(cache: Path, ccache_dir: Path) -> None:
+    """Make ``ccache_dir`` the compiler cache of the playbook cache ``cache`` (its ``ccache`` folder, where the
+    build step points CCACHE_DIR, becomes a link): a build there still runs every compile step, and takes from
+    ccache the objects that other builds left. Paths are hashed relative to each cache (CCACHE_BASEDIR), so the
+    same source file under two caches is one entry."""
+    ccache_dir = ccache_dir.resolve()
+    ccache_dir.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "ccache").symlink_to(ccache_dir, target_is_directory=True)
 
 
 @pytest.fixture
 def seeded_cache(tmp_path, pinned_source) -> Path:
     """A fresh playbook cache (``tmp_path/cache``) that already holds the pinned sdist: a run that fetches its
-    source finds it there instead of calling ``pip download``, which can stall for minutes."""
+    source finds it there instead of calling ``pip download``, which can stall for minutes. Fresh: no wheel,
+    build folder or remembered repair; only its compiler cache is the session's (:func:`link_ccache`)."""
     import shutil
 
     _, session_cache = pinned_source
     shutil.copytree(session_cache / "sdists", tmp_path / "cache" / "sdists")
+    link_ccache(tmp_path / "cache", session_cache / "ccache")
     return tmp_path / "cache"
 
 
@@ -149,9 +172,9 @@ def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def built_rpc_server(pinned_source) -> Path:
     """A real rpc-server (llama.cpp's ggml-rpc-server, CPU) built from the pinned sdist's tree with the server
-    arguments of params/rpc.yaml's plan, through the playbook's own ``build_rpc_server``: in PLAYBOOK_TEST_CACHE
-    when set (CI keeps it, and the slow RPC chain test shares its ccache), else in the session's cache. A second
-    session with the same cache finds the build folder done and only re-checks it. Compiles ggml (minutes)."""
+    arguments of params/rpc.yaml's plan, through the playbook's own ``build_rpc_server``, in the session's shared
+    cache (:func:`pinned_source`: its ccache holds the other builds' ggml objects). A second session with the same
+    $PLAYBOOK_TEST_CACHE finds the build folder done and only re-checks it. Compiles ggml (minutes when cold)."""
     import hashlib
     import os
 
@@ -161,8 +184,7 @@ def built_rpc_server(pinned_source) -> Path:
     from playbook.steps.configure import configure
     from playbook.verify.rpc_server import build_rpc_server
 
-    source, session_cache = pinned_source
-    cache = Path(os.environ.get("PLAYBOOK_TEST_CACHE") or session_cache)
+    source, cache = pinned_source
     params = load_params(params_dir() / "rpc.yaml", ["build.native=false", f"build.cache_dir={cache}"])
     plan = configure(detect(), params)
     assert plan.rpc is not None, "params/rpc.yaml plans no rpc-server"

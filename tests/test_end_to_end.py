@@ -40,6 +40,11 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path, seeded_cache):
     steps = [s.step for s in record.steps]
     assert steps[:4] == [Step.DETECT, Step.CONFIGURE, Step.BUILD, Step.VERIFY]
     attempts = steps.count(Step.BUILD)
+    facts = read_json(Facts, layout.detect_facts)
+    if "amx_tile" not in facts.cpu.flags:
+        # No AMX reported, so the native build has no AMX kernels to fault on: it must pass on its first attempt.
+        # (Where AMX is reported, whether it faults depends on the hypervisor, which detect cannot tell: 1 or 2.)
+        assert attempts == 1, steps
     if attempts == 2:  # verify of the native build crashed: repaired with a portable rebuild
         assert steps == [Step.DETECT, Step.CONFIGURE, Step.BUILD, Step.VERIFY, Step.REPAIR, Step.BUILD, Step.VERIFY]
         diagnosis = read_json(Diagnosis, layout.diagnosis(1))
@@ -47,12 +52,12 @@ def test_cpu_chain_builds_runs_and_archives(tmp_path, seeded_cache):
         assert "-DGGML_NATIVE=OFF" in layout.build_log(2).read_text()
         assert layout.notebook(Step.VERIFY, 1).is_file()  # the failed verify is kept
         # remembered for this machine: the next plan here starts portable, and says why
-        facts = read_json(Facts, layout.detect_facts)
         [remembered] = recall(seeded_cache, facts)
         assert remembered.findings == ["cpu-amx-fault"] and remembered.run_id == run.run_id
         assert "-DGGML_NATIVE=OFF" in configure_here(facts, params).cmake_args
     else:
-        assert attempts == 1
+        assert attempts == 1 and steps == [Step.DETECT, Step.CONFIGURE, Step.BUILD, Step.VERIFY], steps
+        assert recall(seeded_cache, facts) == []  # nothing repaired, nothing remembered
 
     first = read_json(BuildResult, layout.build_result(1))
     assert first.reused_wheel == "" and first.progress.done == first.progress.total > 100

@@ -55,6 +55,7 @@ KB = "docs/knowledge-base.md"
 MEASURE = "docs/measurements.md"
 FORK_PAGE = "docs/reference-runs.md"
 STEPS = "docs/steps.md"
+TESTING = "docs/testing.md"
 DOCS = tuple(sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")))
 READMES = (README, BENCH, RUNS, "outputs/README.md", *DOCS)
 
@@ -62,6 +63,7 @@ H100 = "build-speed-gpu-machine-h100.txt"
 CPU_VM = "build-speed-remote-cache-cpu-vm.txt"
 PYPI = "pypi-toolkit-cpu-vm.txt"
 DIAGNOSE = "diagnose-speed-cpu-vm.txt"
+SLOW_TIER = "slow-tier-builds-cpu-vm.txt"
 SIMILARITY = "similarity-loto-cpu-vm.txt"
 
 GPU_1B = "20261122T010438Z-vm"  # H200, 1B-shaped Q8_0, 6 sweep points
@@ -832,6 +834,7 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{CPU_VM}, its table", results_table(CPU_VM, "AMD EPYC")),
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
     Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}, as printed", lambda: printed(SIMILARITY).rstrip("\n")),
+    Excerpt(TESTING, f"benchmarks/results/{SLOW_TIER}, as written", lambda: printed(SLOW_TIER).rstrip("\n")),
     Excerpt(KB, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{GATE}", lambda: _yardstick().table(REF / GATE)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{LAST_GATE}",

@@ -5,7 +5,6 @@ Takes minutes (it compiles llama.cpp and rpc-server; ccache shares their objects
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -29,8 +28,8 @@ def processes_running(binary: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_cpu_rpc_wheel_offloads_to_a_real_rpc_server_on_localhost(tmp_path, pinned_source):
-    # The session's cache (or PLAYBOOK_TEST_CACHE): ccache shares the objects of the other CPU builds.
-    cache = os.environ.get("PLAYBOOK_TEST_CACHE") or pinned_source[1]
+    # The session's shared cache (conftest's pinned_source): ccache shares the objects of the other builds.
+    cache = pinned_source[1]
     params = load_params(params_dir() / "rpc.yaml", [
         "build.native=false", "verify.repetitions=1", "verify.prompt_tokens=32", "verify.gen_tokens=8",
         "verify.sweep_points=3", f"build.cache_dir={cache}"])

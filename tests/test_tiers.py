@@ -39,3 +39,16 @@ def test_the_compiling_fixtures_named_are_conftests_own():
 def test_the_hook_stops_the_session():
     with pytest.raises(pytest.UsageError, match="test_x"):
         conftest.pytest_collection_modifyitems(None, [Item("test_x", ["cpu_wheel"])])
+
+
+def test_a_linked_cache_compiles_into_the_shared_ccache(tmp_path):
+    """The slow tier's builds share one compiler cache through conftest.link_ccache, which relies on the build
+    step putting ccache's folder at <cache>/ccache: should that move, this fails instead of the builds going cold."""
+    from pathlib import Path
+
+    from playbook.steps.caches import ccache_env
+
+    shared = tmp_path / "shared" / "ccache"
+    conftest.link_ccache(tmp_path / "fresh", shared)
+    assert Path(ccache_env(tmp_path / "fresh")["CCACHE_DIR"]).resolve() == shared.resolve()
+    assert shared.is_dir() and not any(shared.iterdir())

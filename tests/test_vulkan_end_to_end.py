@@ -58,9 +58,11 @@ def test_missing_vulkan_fails_where_it_is_required(monkeypatch):
 
 
 @pytest.mark.slow
-def test_vulkan_chain_offloads_agrees_and_sweeps(tmp_path):
+def test_vulkan_chain_offloads_agrees_and_sweeps(tmp_path, pinned_source):
     require_vulkan(vulkan_missing())
-    cache = Path(os.environ.get("PLAYBOOK_TEST_CACHE", tmp_path / "cache"))
+    # The session's shared cache (conftest's pinned_source): ccache holds the CPU backend's and llama's objects
+    # from the other portable builds, so only the Vulkan backend and its shaders compile here.
+    cache = pinned_source[1]
     params = load_params(params_dir() / "vulkan.yaml", [
         "verify.repetitions=1", "verify.prompt_tokens=32", "verify.gen_tokens=16", "verify.sweep_points=3",
         "build.native=false",  # this project's VM reports AMX and faults on it (cpu-amx-fault): not Vulkan's concern
@@ -75,7 +77,7 @@ def test_vulkan_chain_offloads_agrees_and_sweeps(tmp_path):
     assert plan.backend == "vulkan" and "-DGGML_VULKAN=on" in plan.cmake_args and plan.blockers == []
     build = read_json(BuildResult, layout.build_result(1))
     assert build.ok
-    if not build.reused_wheel:  # built here, not taken from the wheel cache (PLAYBOOK_TEST_CACHE)
+    if not build.reused_wheel:  # built here, not taken from the wheel cache (a kept PLAYBOOK_TEST_CACHE)
         # ninja counts one edge more than it prints (465 for 464 lines here): the last [n/N] may fall one short
         assert build.progress.total > 300 and build.progress.done >= build.progress.total - 1
         log = layout.build_log(1).read_text()
