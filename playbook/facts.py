@@ -63,6 +63,16 @@ class OperatingSystem:
     apple_silicon: bool = False
     glibc: str = ""  # the C library's version on Linux ("2.36" on Debian 12); "" elsewhere
 
+    @property
+    def platform(self) -> str:
+        """The playbook's name for it, as a unit's ``platforms`` list it: linux, wsl, windows or macos."""
+        system = self.system.lower()
+        if system == "windows":
+            return "windows"
+        if system == "darwin":
+            return "macos"
+        return "wsl" if self.is_wsl else "linux"
+
 
 @dataclass
 class Cpu:

@@ -1,13 +1,18 @@
 """How detect's probes ask a machine: one command with a timeout, its output as text, a missing program a fact
-(``returncode`` None), never an exception; and what every backend's probe is given (:class:`ProbeContext`)."""
+(``returncode`` None), never an exception; what every backend's probe is given (:class:`ProbeContext`); and the
+helpers host and backend probes share (a tool's version banner, the loader's cache)."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from playbook.facts import Tool
 
 
 @dataclass
@@ -41,7 +46,27 @@ class ProbeContext:
     """The interpreter the wheel is built for."""
     settings: Any = None
     """The unit's own parameter section (where to look first: ``vulkan.include_dir``, ``hip.rocm_path``)."""
-    cache_dir: Path = Path()
-    """The playbook's cache (toolkits assembled from PyPI wheels live there)."""
+    cache_dir: Path | None = None
+    """The playbook's cache (toolkits assembled from PyPI wheels live there); None: look in no cache."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """What a caller adds for one probe (a recorded device list in a test)."""
+
+
+def parse_first_version(banner: str) -> str:
+    match = re.search(r"(\d+\.\d+(?:\.\d+)*)", banner)
+    return match.group(1) if match else ""
+
+
+def parse_ldconfig(text: str, library: str) -> list[str]:
+    """Paths ``ldconfig -p`` lists for ``library`` (e.g. "libcuda.so.1"), in the loader's order."""
+    pattern = re.compile(rf"^\s*{re.escape(library)}\s+\(.*\)\s+=>\s+(\S+)", re.MULTILINE)
+    return pattern.findall(text)
+
+
+def detect_tool(name: str, version_args: list[str], search_path: str, runner: CommandRunner) -> Tool:
+    path = shutil.which(name, path=search_path)
+    if not path:
+        return Tool(name, found=False)
+    out = runner([path, *version_args], 20)
+    banner = out.stdout.strip()
+    return Tool(name, out.returncode == 0, path, parse_first_version(banner), banner.splitlines()[0] if banner else "")

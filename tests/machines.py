@@ -13,6 +13,10 @@ from typing import Any
 
 import yaml
 
+from playbook.backends.cuda_probe import parse_nvcc_version, parse_nvidia_smi_csv
+from playbook.backends.hip import parse_hipconfig_version, parse_rocminfo
+from playbook.backends.sycl import parse_sycl_ls
+from playbook.backends.vulkan import parse_vulkaninfo_summary
 from playbook.facts import (
     Apple,
     Cpu,
@@ -34,18 +38,7 @@ from playbook.facts import (
 )
 from playbook.knowledge.compatibility import gpu_model
 from playbook.serialization import from_dict
-from playbook.steps.detect import (
-    parse_compiler_version,
-    parse_first_version,
-    parse_hipconfig_version,
-    parse_ldconfig,
-    parse_nvcc_version,
-    parse_nvidia_smi_csv,
-    parse_rocminfo,
-    parse_sycl_ls,
-    parse_vswhere_json,
-    parse_vulkaninfo_summary,
-)
+from playbook.steps.detect import parse_compiler_version, parse_first_version, parse_ldconfig, parse_vswhere_json
 
 DATA = Path(__file__).parent / "data"
 MACHINES = DATA / "machines"

@@ -14,15 +14,16 @@ from pathlib import Path
 import pytest
 
 from playbook.backends import vulkan as vulkan_plan
+from playbook.backends.vulkan import detect_vulkan
 from playbook.chain import run_chain
 from playbook.params import load_params
+from playbook.probing import run_command
 from playbook.resources import params_dir
 from playbook.runfolder.folder import Outcome
 from playbook.runfolder.layout import Step
 from playbook.serialization import read_json
 from playbook.steps.build import BuildResult
 from playbook.steps.configure import BuildPlan
-from playbook.steps.detect import detect_vulkan, run_command
 from playbook.verify.step import VerifyResult
 from playbook.verify.units.gpu_cpu_agreement import GPU_CPU_AGREEMENT
 from playbook.verify.units.import_probe import IMPORT_PROBE

@@ -21,6 +21,7 @@ from playbook.facts import CCCL_HEADERS, CudaToolkit, Device, Facts, Tool
 from playbook.knowledge import compatibility
 from playbook.knowledge.compatibility import minimum_driver, toolkit_supports_arch, version_tuple
 from playbook.knowledge.failures import Remedy
+from playbook.probing import ProbeContext
 from playbook.toolkits import pypi
 from playbook.toolkits.cxx_runtime import is_cxx_compiler
 
@@ -669,3 +670,12 @@ class CudaBackend(BackendUnit):
     def device(self, facts: Facts) -> str:
         best = facts.best_gpu
         return best.name if best else ""
+
+    # ------------------------------------------------------------------ detecting
+
+    def probe(self, context: ProbeContext) -> dict[str, Any]:
+        """The toolkits (the playbook's own under ``context.cache_dir`` too), the driver and GPUs, libcuda.so.1's
+        paths, stub folders on LD_LIBRARY_PATH and WSL's driver libraries: :mod:`playbook.backends.cuda_probe`."""
+        from playbook.backends import cuda_probe
+
+        return cuda_probe.probe(context)

@@ -8,8 +8,11 @@ Reads detect's ``rocm`` (hipconfig, rocminfo's gfx targets, ROCm's clang, hipBLA
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Sequence
+import re
+import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +20,9 @@ from typing import Any
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft, defined_value
 from playbook.errors import ParameterError
-from playbook.facts import Device, Facts, Rocm
+from playbook.facts import Device, Facts, HipGpu, Rocm, Tool
 from playbook.knowledge import compatibility
+from playbook.probing import CommandRunner, ProbeContext, detect_tool, parse_first_version
 
 # Where the linker looks without being told: a ROCm library folder elsewhere needs -L.
 SYSTEM_LIB_DIRS = ("/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64")
@@ -198,3 +202,99 @@ class HipBackend(BackendUnit):
 
     def devices(self, facts: Facts) -> list[Device]:
         return [Device(self.name, g.name or g.gfx, detail=g.gfx) for g in facts.rocm.gpus]
+
+    def probe(self, context: ProbeContext) -> dict[str, Any]:
+        """ROCm (``hip.rocm_path`` first): its version, layout, HIP compiler, libraries and rocminfo's GPUs."""
+        settings = context.settings or self.settings_type()
+        return {"rocm": detect_rocm(context.environ, context.search_path, context.runner, settings.rocm_path)}
+
+
+# ---------------------------------------------------------------- detecting: parsers (pure)
+
+
+def parse_rocminfo(text: str) -> list[HipGpu]:
+    """``rocminfo``: each GPU agent's ``Name: gfx1100`` and ``Marketing Name``; CPU agents are skipped."""
+    gpus = []
+    for agent in re.split(r"\*{5,}\s*\n\s*Agent \d+", text)[1:]:
+        if not re.search(r"Device Type:\s*GPU", agent):
+            continue
+        gfx = re.search(r"^\s*Name:\s*(gfx[0-9a-f]+)", agent, re.MULTILINE)
+        name = re.search(r"^\s*Marketing Name:\s*(.+?)\s*$", agent, re.MULTILINE)
+        if gfx:
+            gpus.append(HipGpu(name.group(1) if name else "", gfx.group(1)))
+    return gpus
+
+
+def parse_hipconfig_version(text: str) -> str:
+    """``hipconfig --version`` prints ``6.2.41134-65d174c3e``: the ROCm release is 6.2 (HIP's version
+    is the ROCm version with a build number as the patch)."""
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return f"{match.group(1)}.{match.group(2)}" if match else ""
+
+
+# ---------------------------------------------------------------- detecting: probes
+
+
+def detect_rocm(environ: Mapping[str, str], search_path: str, runner: CommandRunner, rocm_path: str = "") -> Rocm:
+    """ROCm from hip.rocm_path, $ROCM_PATH, $HIP_PATH, /opt/rocm* or Debian's packages in /usr, in that order:
+    the first that holds bin/hipconfig."""
+    candidates = [(rocm_path, "hip.rocm_path")] if rocm_path else []
+    candidates += [(environ[v], v) for v in ("ROCM_PATH", "HIP_PATH") if environ.get(v)]
+    candidates += [(r, "/opt/rocm*") for r in sorted(glob.glob("/opt/rocm*"), reverse=True)] + [("/usr", "/usr")]
+    root, found_by = next(((Path(r).expanduser(), by) for r, by in candidates
+                           if (Path(r).expanduser() / "bin" / "hipconfig").is_file()
+                           or (Path(r).expanduser() / "bin" / "hipconfig.exe").is_file()), (None, ""))
+    bins = os.pathsep.join([str(root / "bin"), search_path]) if root else search_path
+    rocminfo = shutil.which("rocminfo", path=bins) or ""
+    rocm = Rocm(hipconfig=detect_tool("hipconfig", ["--version"], bins, runner),
+                rocminfo=Tool("rocminfo", bool(rocminfo), rocminfo), found_by=found_by)
+    if not rocm.hipconfig.found and root is None:
+        return rocm
+    rocm.found = True
+    rocm.root = str(root) if root else str(Path(rocm.hipconfig.path).parent.parent)
+    info = Path(rocm.root) / ".info" / "version"  # "6.4.1-120": the release with its patch, which hipconfig lacks
+    if info.is_file():
+        rocm.version = parse_first_version(info.read_text())
+    if not rocm.version:
+        rocm.version = parse_hipconfig_version(rocm.hipconfig.banner)  # what detect_tool ran above printed
+    rocm.layout, clang = rocm_layout(Path(rocm.root))
+    rocm.hip_clang = str(clang) if clang else ""
+    if rocm.rocminfo.path:
+        rocm.gpus = parse_rocminfo(runner([rocm.rocminfo.path], 60).stdout)
+    libs = rocm_lib_dirs(Path(rocm.root))
+    rocm.has_hipblas = any(list(d.glob("libhipblas.so*")) or list(d.glob("hipblas.lib")) for d in libs)
+    rocm.has_rocblas = any(list(d.glob("librocblas.so*")) or list(d.glob("rocblas.lib")) for d in libs)
+    runtime = next((f for d in libs for f in sorted(d.glob("libamdhip64.so.*")) if f.is_file()), None)
+    if runtime:
+        rocm.lib_dir = str(runtime.parent)
+        rocm.glibc_needed = newest_glibc_named(runtime)
+    return rocm
+
+
+def rocm_lib_dirs(root: Path) -> list[Path]:
+    """lib/ (AMD's layout) and lib/<multiarch>/ (Debian's: lib/x86_64-linux-gnu)."""
+    return [root / "lib", *sorted(p for p in (root / "lib").glob("*-linux-gnu") if p.is_dir())]
+
+
+def rocm_layout(root: Path) -> tuple[str, Path | None]:
+    """Which layout a ROCm folder has, and its HIP compiler: AMD's llvm/bin/clang, or Debian's
+    lib/llvm-N/bin/clang for the newest N whose clang has the AMD GPU device libraries (rocm-device-libs-N)."""
+    amd = root / "llvm" / "bin" / "clang"
+    if amd.is_file():
+        return "rocm", amd
+    debian = sorted(root.glob("lib/llvm-*/bin/clang"), key=lambda c: version_key(c.parts[-3].removeprefix("llvm-")))
+    with_device_libs = [c for c in debian if list(c.parent.parent.glob("lib/clang/*/amdgcn/bitcode/ocml.bc"))]
+    if with_device_libs:
+        return "debian", with_device_libs[-1]
+    return ("debian" if list(root.glob("lib/*-linux-gnu/cmake/hip")) else "rocm"), None
+
+
+def newest_glibc_named(library: Path) -> str:
+    """The newest ``GLIBC_x.y`` symbol version a shared library names (its version needs are strings in
+    .dynstr): the oldest glibc that can load it."""
+    found = set(re.findall(rb"GLIBC_(\d+\.\d+(?:\.\d+)?)\x00", library.read_bytes()))
+    return max((v.decode() for v in found), key=version_key, default="")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version))

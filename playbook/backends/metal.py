@@ -7,9 +7,13 @@ choice (``native_to``): there ``backend: auto``, and a backend that does not exi
 
 from __future__ import annotations
 
+import platform
+from typing import Any
+
 from playbook.backends.base import Assessment, BackendUnit
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
-from playbook.facts import Device, Facts
+from playbook.facts import Apple, Device, Facts
+from playbook.probing import CommandRunner, ProbeContext
 
 ROSETTA_FIX = ("this Python is x86_64 running under Rosetta on Apple silicon: its wheel would be x86_64 and could "
                "not use Metal; install an arm64 Python (python.org's universal2 installer, or "
@@ -88,3 +92,25 @@ class MetalBackend(BackendUnit):
 
     def devices(self, facts: Facts) -> list[Device]:
         return [Device(self.name, facts.apple.chip, detail="Apple silicon GPU")] if facts.apple.chip else []
+
+    def probe(self, context: ProbeContext) -> dict[str, Any]:
+        """On macOS only: the chip, ``xcrun -f metal``, the Command Line Tools and the macOS version."""
+        return {"apple": detect_apple(context.runner)} if platform.system() == "Darwin" else {}
+
+
+# ---------------------------------------------------------------- detecting: probes
+
+
+def detect_apple(runner: CommandRunner) -> Apple:
+    chip = runner(["sysctl", "-n", "machdep.cpu.brand_string"], 10)
+    metal = runner(["xcrun", "-f", "metal"], 30)
+    tools = runner(["xcode-select", "-p"], 10)
+    version = runner(["sw_vers", "-productVersion"], 10)
+    ok = metal.returncode == 0 and metal.stdout.strip().startswith("/")
+    return Apple(
+        chip=chip.stdout.strip() if chip.returncode == 0 else "",
+        metal_compiler=metal.stdout.strip().splitlines()[0] if ok else "",
+        metal_error="" if ok else metal.stdout.strip()[-300:],
+        command_line_tools=tools.stdout.strip() if tools.returncode == 0 else "",
+        macos_version=version.stdout.strip() if version.returncode == 0 else "",
+    )

@@ -7,7 +7,8 @@ Reads detect's ``openblas`` (the library a link uses, cblas.h, pkg-config) and `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import glob
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from playbook.backends.base import Assessment, BackendUnit, WheelFit
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
 from playbook.facts import Facts, OpenBlas
 from playbook.knowledge import compatibility
+from playbook.probing import CommandRunner, ProbeContext, detect_tool
 
 # Folders CMake's find_library and pkg-config search without being told.
 STANDARD_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib")
@@ -107,3 +109,44 @@ class OpenBlasBackend(BackendUnit):
         if not facts.openblas.library:
             return WheelFit(False, "no OpenBLAS library was detected (its ggml-blas links libopenblas)")
         return WheelFit(True, f"runs on the CPU with OpenBLAS {facts.openblas.library}")
+
+    def probe(self, context: ProbeContext) -> dict[str, Any]:
+        """The OpenBLAS library a link would use, its cblas.h and pkg-config."""
+        return {"openblas": detect_openblas(context.environ, context.search_path, context.runner)}
+
+
+# ---------------------------------------------------------------- detecting: probes
+
+
+OPENBLAS_LIBRARIES = ("libopenblas.so", "libopenblas.dylib", "openblas.lib", "libopenblas.lib")
+
+# Where FindBLAS and ggml-blas's CMakeLists look (its find_path HINTS for cblas.h), multiarch folders included.
+OPENBLAS_LIB_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/opt/homebrew/opt/openblas/lib",
+                     "/usr/local/opt/openblas/lib")
+
+CBLAS_INCLUDE_DIRS = ("/usr/include", "/usr/local/include", "/usr/include/openblas", "/usr/include/*-linux-gnu",
+                      "/opt/homebrew/opt/openblas/include", "/usr/local/opt/openblas/include",
+                      "/usr/include/x86_64-linux-gnu/openblas/include")
+
+
+def detect_openblas(environ: Mapping[str, str], search_path: str, runner: CommandRunner,
+                    lib_dirs: Sequence[str] = OPENBLAS_LIB_DIRS,
+                    include_dirs: Sequence[str] = CBLAS_INCLUDE_DIRS) -> OpenBlas:
+    """The OpenBLAS library a link would use, its cblas.h (from pkg-config's openblas64 or openblas module, as
+    ggml-blas asks, else the folders its CMakeLists names) and pkg-config itself."""
+    prefix = [f"{environ['CONDA_PREFIX']}/lib"] if environ.get("CONDA_PREFIX") else []
+    folders = [Path(p) for pattern in [*prefix, *lib_dirs] for p in sorted(glob.glob(pattern))]
+    openblas = OpenBlas(library=next((str(folder / name) for folder in folders for name in OPENBLAS_LIBRARIES
+                                      if (folder / name).exists()), ""))
+    openblas.pkg_config = detect_tool("pkg-config", ["--version"], search_path, runner)
+    headers = []
+    if openblas.pkg_config.found:
+        for module in ("openblas64", "openblas"):
+            answer = runner([openblas.pkg_config.path, "--cflags-only-I", module], 20)
+            if answer.returncode == 0:
+                openblas.pkg_config_module = module
+                headers = [flag[2:] for flag in answer.stdout.split() if flag.startswith("-I")]
+                break
+    candidates = [Path(h) for h in headers] + [Path(p) for pattern in include_dirs for p in sorted(glob.glob(pattern))]
+    openblas.cblas_header = next((str(d / "cblas.h") for d in candidates if (d / "cblas.h").is_file()), "")
+    return openblas

@@ -9,12 +9,18 @@ CMake and by the loader only in a shell where setvars ran, so the plan refuses t
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
 from playbook.backends.plan import BackendInputs, BackendPlan, PlanDraft
-from playbook.facts import Device, Facts, Sycl, Tool
+from playbook.facts import Device, Facts, Sycl, SyclDevice, Tool
 from playbook.knowledge import compatibility
+from playbook.probing import CommandRunner, ProbeContext, detect_tool
 
 
 def table() -> dict[str, Any]:
@@ -121,3 +127,52 @@ class SyclBackend(BackendUnit):
 
     def device(self, facts: Facts) -> str:
         return facts.sycl.gpus[0].name if facts.sycl.gpus else ""
+
+    def probe(self, context: ProbeContext) -> dict[str, Any]:
+        """oneAPI's root, setvars script and compilers, and sycl-ls's devices once setvars has run."""
+        return {"sycl": detect_sycl(context.environ, context.search_path, context.runner)}
+
+
+# ---------------------------------------------------------------- detecting: parsers (pure)
+
+
+def parse_sycl_ls(text: str) -> list[SyclDevice]:
+    """``sycl-ls`` lines: ``[level_zero:gpu][level_zero:0] Intel(R) oneAPI Unified Runtime over Level-Zero, Intel(R)
+    Arc(TM) A770 Graphics 12.55.8 [1.3.29735+27]`` (older releases: ``[ext_oneapi_level_zero:gpu:0] Intel(R)
+    Level-Zero, Intel(R) Iris(R) Xe Graphics 1.3 [1.3.28044]``): the backend and type, and the device's name."""
+    devices = []
+    for match in re.finditer(r"^\[(?:ext_oneapi_)?(\w+):(\w+)(?::\d+)?\](?:\[[^\]]*\])?\s+[^,\n]*,\s*(.+?)\s*$", text,
+                             re.MULTILINE):
+        name = re.sub(r"\s+(?:OpenCL \S+.*|\d+\.\d+(?:\.\d+)?\s+\[.*\])$", "", match.group(3))
+        devices.append(SyclDevice(f"{match.group(1)}:{match.group(2)}", name))
+    return devices
+
+
+# ---------------------------------------------------------------- detecting: probes
+
+
+ONEAPI_DEFAULT_ROOTS = ("/opt/intel/oneapi", "~/intel/oneapi", r"C:\Program Files (x86)\Intel\oneAPI")
+
+
+def detect_sycl(environ: Mapping[str, str], search_path: str, runner: CommandRunner) -> Sycl:
+    """oneAPI's root and setvars script, its compilers (on PATH once setvars ran, else under the root's
+    compiler/latest/bin), and ``sycl-ls``'s devices when the environment is set."""
+    roots = [environ["ONEAPI_ROOT"]] if environ.get("ONEAPI_ROOT") else []
+    roots += [str(Path(r).expanduser()) for r in ONEAPI_DEFAULT_ROOTS]
+    sycl = Sycl()
+    for root in roots:
+        script = next((Path(root) / name for name in ("setvars.sh", "setvars.bat") if (Path(root) / name).is_file()), None)
+        if script is not None:
+            sycl.root, sycl.setvars = root, str(script)
+            break
+    on_path = shutil.which("icpx", path=search_path) or shutil.which("icx", path=search_path)
+    sycl.environment_set = environ.get("SETVARS_COMPLETED") == "1" or bool(on_path)
+    bins = os.pathsep.join([search_path, str(Path(sycl.root) / "compiler" / "latest" / "bin")]) if sycl.root \
+        else search_path
+    sycl.icpx = detect_tool("icpx", ["--version"], bins, runner)
+    sycl.icx = detect_tool("icx", ["--version"], bins, runner)
+    sycl.sycl_ls = detect_tool("sycl-ls", ["--version"], bins, runner) if sycl.environment_set else sycl.sycl_ls
+    if sycl.sycl_ls.path:
+        listed = runner([sycl.sycl_ls.path], 60)
+        sycl.devices = parse_sycl_ls(listed.stdout) if listed.returncode == 0 else []
+    return sycl

@@ -8,14 +8,23 @@ headers, whose version the pinned llama.cpp needs to be recent (``knowledge/vulk
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from playbook.backends.base import GIB_MIB, Assessment, BackendUnit
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
 from playbook.errors import ParameterError
-from playbook.facts import Device, Facts, Vulkan
+from playbook.facts import VULKAN_DEVICE_TYPES, Device, Facts, Tool, Vulkan, VulkanDevice, VulkanHeaders
 from playbook.knowledge import compatibility
+from playbook.probing import CommandRunner, ProbeContext, detect_tool, parse_ldconfig
 
 VISIBLE_DEVICES = "GGML_VK_VISIBLE_DEVICES"
 # Where compilers and CMake's FindVulkan look without being told.
@@ -177,3 +186,131 @@ class VulkanBackend(BackendUnit):
         return [Device(self.name, d.name, kind="cpu" if d.device_type == "cpu" else "gpu",
                        detail="CPU type" if d.device_type == "cpu" else d.device_type)
                 for d in facts.vulkan.devices]
+
+    def probe(self, context: ProbeContext) -> dict[str, Any]:
+        """The loader, the devices (vulkaninfo, else the Vulkan API), glslc, the headers (``vulkan.include_dir``
+        first) and the SPIR-V headers."""
+        settings = context.settings or self.settings_type()
+        return {"vulkan": detect_vulkan(context.environ, context.search_path, context.runner, settings.include_dir,
+                                        context.python or sys.executable)}
+
+
+# ---------------------------------------------------------------- detecting: parsers (pure)
+
+
+def parse_vulkaninfo_summary(text: str) -> tuple[str, list[VulkanDevice]]:
+    """``vulkaninfo --summary``: the instance (loader) version and each device's GPUn block."""
+    instance = re.search(r"Vulkan Instance Version:\s*([\d.]+)", text)
+    devices = []
+    for index, block in re.findall(r"^GPU(\d+):\s*\n((?:[ \t]+\S.*\n?)+)", text, re.MULTILINE):
+        values = dict(re.findall(r"^\s+(\w+)\s*=\s*(.*?)\s*$", block, re.MULTILINE))
+        devices.append(VulkanDevice(
+            int(index), values.get("deviceName", ""),
+            VULKAN_DEVICE_TYPES.get(values.get("deviceType", ""), values.get("deviceType", "").lower()),
+            values.get("driverName", ""), values.get("driverInfo", ""), values.get("apiVersion", ""),
+            values.get("vendorID", "")))
+    return instance.group(1) if instance else "", devices
+
+
+def parse_vulkan_header_version(text: str) -> str:
+    """vulkan_core.h: ``VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)`` and
+    ``#define VK_HEADER_VERSION 309`` -> ``1.4.309``."""
+    patch = re.search(r"^#define\s+VK_HEADER_VERSION\s+(\d+)", text, re.MULTILINE)
+    complete = re.search(r"VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_(?:API_)?VERSION\((?:\d+,\s*)?(\d+),\s*(\d+),", text)
+    if not patch:
+        return ""
+    major, minor = complete.groups() if complete else ("1", "0")
+    return f"{major}.{minor}.{patch.group(1)}"
+
+
+# ---------------------------------------------------------------- detecting: probes
+
+
+def detect_vulkan(environ: Mapping[str, str], search_path: str, runner: CommandRunner,
+                  include_dir: str = "", python: str = sys.executable) -> Vulkan:
+    sdk = environ.get("VULKAN_SDK", "")
+    vulkan = Vulkan(loader=vulkan_loader_paths(runner, environ))
+    if path := shutil.which("vulkaninfo", path=search_path):
+        out = runner([path, "--summary"], 60)
+        vulkan.instance_version, vulkan.devices = parse_vulkaninfo_summary(out.stdout)
+        vulkan.vulkaninfo = Tool("vulkaninfo", out.returncode == 0, path, vulkan.instance_version,
+                                 f"Vulkan Instance Version: {vulkan.instance_version}" if vulkan.instance_version else "")
+        vulkan.source = "vulkaninfo --summary"
+        if not vulkan.devices:
+            vulkan.error = out.stdout.strip()[-500:] or f"vulkaninfo exited with {out.returncode}"
+    if not vulkan.devices and (vulkan.loader or not vulkan.vulkaninfo.found):
+        ask_api(vulkan, runner, python)
+    glslc_path = search_path if not sdk else os.pathsep.join([str(Path(sdk) / "bin"), search_path])
+    vulkan.glslc = detect_tool("glslc", ["--version"], glslc_path, runner)
+    vulkan.headers = vulkan_headers(include_dir, sdk)
+    vulkan.spirv_headers = spirv_headers_config(sdk)
+    return vulkan
+
+
+def ask_api(vulkan: Vulkan, runner: CommandRunner, python: str) -> None:
+    """The loader's own answer through the Vulkan API (child_scripts/vulkan_devices.py), where vulkaninfo is absent."""
+    script = Path(__file__).resolve().parent.parent / "child_scripts" / "vulkan_devices.py"
+    out = runner([python, str(script)], 60)
+    try:
+        answer = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        vulkan.error = vulkan.error or out.stdout.strip()[-500:]
+        return
+    devices = [VulkanDevice(i, d["name"], d["type"], d["driver_name"], d["driver_info"], d["api_version"], d["vendor_id"])
+               for i, d in enumerate(answer.get("devices", []))]
+    if devices or not vulkan.source:
+        vulkan.devices, vulkan.source = devices, "Vulkan API"
+        vulkan.instance_version = answer.get("instance_version", vulkan.instance_version)
+    if not devices:
+        vulkan.error = answer.get("error") or vulkan.error or "the Vulkan loader lists no physical device"
+
+
+def vulkan_loader_paths(runner: CommandRunner, environ: Mapping[str, str] | None = None) -> list[str]:
+    system = platform.system()
+    environ = environ or {}
+    if system == "Windows":
+        dll = Path(os.environ.get("SystemRoot", r"C:\Windows")) / "System32" / "vulkan-1.dll"
+        return [str(dll)] if dll.is_file() else []
+    if system == "Darwin":
+        return [p for p in ("/usr/local/lib/libvulkan.1.dylib", "/opt/homebrew/lib/libvulkan.1.dylib") if Path(p).is_file()]
+    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if Path("/sbin/ldconfig").is_file() else "")
+    folders = [f for f in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if f]
+    if environ.get("VULKAN_SDK"):
+        folders.append(str(Path(environ["VULKAN_SDK"]) / "lib"))
+    found = [str(Path(f) / "libvulkan.so.1") for f in folders if (Path(f) / "libvulkan.so.1").is_file()]
+    if ldconfig:
+        out = runner([ldconfig, "-p"], 20)
+        found += parse_ldconfig(out.stdout, "libvulkan.so.1") if out.returncode == 0 else []
+    return list(dict.fromkeys(found))
+
+
+def vulkan_headers(include_dir: str, sdk: str) -> list[VulkanHeaders]:
+    """Every vulkan_core.h in the places CMake's FindVulkan looks, the one to build with first: the
+    parameter's, else the newest."""
+    candidates: list[tuple[Path, str]] = []
+    if include_dir:
+        candidates.append((Path(include_dir).expanduser(), "vulkan.include_dir"))
+    if sdk:
+        candidates += [(Path(sdk) / "include", "VULKAN_SDK"), (Path(sdk) / "Include", "VULKAN_SDK")]
+    candidates += [(Path(p), "system") for p in ("/usr/include", "/usr/local/include", "/opt/homebrew/include")]
+    found: dict[Path, VulkanHeaders] = {}
+    for folder, how in candidates:
+        header = folder / "vulkan" / "vulkan_core.h"
+        if header.is_file() and folder.resolve() not in found:
+            version = parse_vulkan_header_version(header.read_text(encoding="utf-8", errors="replace"))
+            found[folder.resolve()] = VulkanHeaders(str(folder), version, how)
+    headers = list(found.values())
+    given = [h for h in headers if h.found_by == "vulkan.include_dir"]
+    rest = sorted((h for h in headers if h not in given), key=lambda h: h.patch, reverse=True)
+    return given + rest
+
+
+def spirv_headers_config(sdk: str) -> str:
+    roots = [Path(sdk)] if sdk else []
+    roots += [Path(p) for p in ("/usr", "/usr/local", "/opt/homebrew")]
+    for root in roots:
+        for sub in ("share/cmake/SPIRV-Headers", "lib/cmake/SPIRV-Headers", "share/SPIRV-Headers/cmake"):
+            config = root / sub / "SPIRV-HeadersConfig.cmake"
+            if config.is_file():
+                return str(config)
+    return ""

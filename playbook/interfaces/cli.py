@@ -217,9 +217,8 @@ def _detect(args: argparse.Namespace) -> int:
 
     from playbook.params import Params
     from playbook.steps.detect import detect
-    from playbook.toolkits.pypi import toolkits_dir
 
-    print(json.dumps(dataclasses.asdict(detect(toolkit_dirs=[toolkits_dir(Params().cache_dir)])), indent=2))
+    print(json.dumps(dataclasses.asdict(detect(cache_dir=Params().cache_dir)), indent=2))
     return 0
 
 

@@ -15,6 +15,7 @@ from playbook.facts import Facts
 from playbook.knowledge.failures import Finding
 from playbook.steps.build import BuildResult, ccache_summary
 from playbook.steps.configure import BuildPlan
+from playbook.steps.detect import describe_devices, offload_devices
 from playbook.verify.step import VerifyResult
 from playbook.verify.sweep import SweepPoint, plot_description
 from playbook.verify.units.import_probe import IMPORT_PROBE
@@ -74,12 +75,14 @@ def toolkits_table(facts: Facts) -> pd.DataFrame:
     return pd.DataFrame(rows) if rows else pd.DataFrame({"CUDA toolkits": ["none found"]})
 
 
-def gpus_table(facts: Facts) -> pd.DataFrame:
-    rows = [
-        {"index": g.index, "name": g.name, "memory (MiB)": g.memory_total_mib, "compute capability": g.compute_capability}
-        for g in facts.gpus
-    ]
-    return pd.DataFrame(rows) if rows else pd.DataFrame({"GPUs": ["no NVIDIA GPU visible"]})
+def devices_table(facts: Facts) -> pd.DataFrame:
+    """The devices every offloading backend's probe found, by backend; when there is none, which backends looked
+    ("no usable GPU for cuda, hip, vulkan, sycl")."""
+    rows = [{"backend": d.backend, "device": d.name, "kind": d.kind, "detail": d.detail} for d in offload_devices(facts)]
+    return pd.DataFrame(rows) if rows else pd.DataFrame({"devices": [describe_devices(facts)]})
+
+
+gpus_table = devices_table  # the name the detect notebook and the walkthrough call it by
 
 
 def environment_table(facts: Facts) -> pd.DataFrame:

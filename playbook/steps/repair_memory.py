@@ -80,8 +80,9 @@ def _identity_of(facts: Facts, name: str) -> object:
 
 
 def describe_machine(facts: Facts) -> str:
-    gpus = ", ".join(g.name for g in facts.gpus) or "no NVIDIA GPU"
-    return f"{facts.cpu.model}; {gpus}; {facts.os.pretty_name}"
+    from playbook.steps.detect.summary import describe_devices
+
+    return f"{facts.cpu.model}; {describe_devices(facts)}; {facts.os.pretty_name}"
 
 
 def repairs_file(cache_dir: Path, fingerprint: str) -> Path:

@@ -9,10 +9,11 @@ import os
 import pytest
 from machines import DETECT, machine
 
+from playbook.backends.cuda_probe import detect_cuda_toolkits, parse_nvcc_gpu_list
 from playbook.errors import ParameterError
 from playbook.params import PARAMS_DIR, load_params
+from playbook.probing import CommandOutput
 from playbook.steps.configure import configure
-from playbook.steps.detect import CommandOutput, detect_cuda_toolkits, parse_nvcc_gpu_list
 
 NVCC_13_LIST = (DETECT / "nvcc-13.0-list-gpu-arch.txt").read_text()
 

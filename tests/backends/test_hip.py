@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from machines import machine
 
+from playbook.backends.hip import detect_rocm
 from playbook.errors import ParameterError
 from playbook.facts import Tool
 from playbook.knowledge.compatibility import (
@@ -23,8 +24,8 @@ from playbook.knowledge.compatibility import (
     newest_llama_cpp_python_for_rocm,
 )
 from playbook.params import load_params
+from playbook.probing import run_command
 from playbook.steps.configure import configure
-from playbook.steps.detect import detect_rocm, run_command
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "rocm"
 SDIST_0315 = "a2cf42935a9ff9e55804db01d6827b4862d7ab10ae72ea8e38b7d180d2c640f3"

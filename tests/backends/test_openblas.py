@@ -8,10 +8,11 @@ import dataclasses
 from machines import machine
 
 from playbook.backends import registry
+from playbook.backends.openblas import detect_openblas
 from playbook.facts import OpenBlas, Tool
 from playbook.params import PARAMS_DIR, load_params
+from playbook.probing import CommandOutput
 from playbook.steps.configure import configure
-from playbook.steps.detect import CommandOutput, detect_openblas
 
 OPENBLAS = PARAMS_DIR / "openblas.yaml"
 

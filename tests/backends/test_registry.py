@@ -14,11 +14,11 @@ from machines import DETECT
 
 from playbook import resources
 from playbook.backends import registry
+from playbook.backends.vulkan import parse_vulkaninfo_summary
 from playbook.facts import Facts, HipGpu
 from playbook.knowledge.failures import FAMILIES
 from playbook.params import load_params
 from playbook.process import run_captured
-from playbook.steps.detect import parse_vulkaninfo_summary
 
 PACKAGE = Path(__file__).resolve().parents[2] / "playbook"
 KNOWLEDGE = PACKAGE / "knowledge"

@@ -8,10 +8,11 @@ import dataclasses
 from machines import DETECT, machine
 
 from playbook.backends import registry
+from playbook.backends.sycl import detect_sycl, parse_sycl_ls
 from playbook.facts import Tool
 from playbook.params import PARAMS_DIR, load_params
+from playbook.probing import CommandOutput, parse_first_version
 from playbook.steps.configure import configure
-from playbook.steps.detect import CommandOutput, detect_sycl, parse_first_version, parse_sycl_ls
 
 SYCL = PARAMS_DIR / "sycl.yaml"
 

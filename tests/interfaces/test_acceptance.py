@@ -41,8 +41,8 @@ def test_the_command_exits_by_the_verdict_and_writes_it(tmp_path, capsys):
 LAST_GATE = REFERENCE / "gpu-acceptance.json"
 # What the gate stands for: a change here is done only once the gate has passed on a GPU machine after it.
 GATED = ["playbook/steps/configure", "playbook/steps/build.py", "playbook/steps/repair.py", "playbook/steps/caches.py",
-         "playbook/steps/detect.py", "playbook/verify", "playbook/backends", "playbook/toolkits", "playbook/child_scripts",
-         "params/gpu-reference.yaml"]
+         "playbook/steps/detect.py", "playbook/steps/detect", "playbook/facts.py", "playbook/probing.py", "playbook/verify",
+         "playbook/backends", "playbook/toolkits", "playbook/child_scripts", "params/gpu-reference.yaml"]
 
 
 def test_the_last_archived_gate_passed_and_its_run_says_so():

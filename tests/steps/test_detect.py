@@ -15,17 +15,10 @@ from pathlib import Path
 
 from conftest import DATA
 
+from playbook.backends.cuda_probe import parse_nvcc_version, parse_nvidia_smi_csv
 from playbook.facts import Facts
 from playbook.serialization import from_dict
-from playbook.steps.detect import (
-    CommandOutput,
-    build_environment,
-    detect,
-    parse_compiler_version,
-    parse_meminfo,
-    parse_nvcc_version,
-    parse_nvidia_smi_csv,
-)
+from playbook.steps.detect import CommandOutput, build_environment, detect, parse_compiler_version, parse_meminfo
 
 DETECT = DATA / "detect"
 

@@ -6,16 +6,15 @@ from pathlib import Path
 
 from machines import DETECT
 
-from playbook.steps.detect import (
-    CommandOutput,
-    detect_apple,
+from playbook.backends.hip import parse_hipconfig_version, parse_rocminfo
+from playbook.backends.metal import detect_apple
+from playbook.backends.vulkan import (
     detect_vulkan,
-    parse_hipconfig_version,
-    parse_rocminfo,
     parse_vulkan_header_version,
     parse_vulkaninfo_summary,
     vulkan_headers,
 )
+from playbook.steps.detect import CommandOutput
 
 
 def test_vulkaninfo_summary_of_lavapipe():
@@ -84,7 +83,7 @@ def test_the_api_probe_agrees_with_vulkaninfo_here():
     import subprocess
     import sys
 
-    from playbook.steps.detect import run_command
+    from playbook.probing import run_command
     if not shutil.which("vulkaninfo"):
         import pytest
         pytest.skip("no vulkaninfo here (vulkan-tools)")

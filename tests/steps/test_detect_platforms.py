@@ -7,16 +7,14 @@ import types
 
 from conftest import DATA
 
+from playbook.backends.cuda_probe import gpus_from_nvml, parse_nvidia_smi_xml, stub_dirs
 from playbook.facts import VisualStudio, msvc_from_toolset
 from playbook.steps.detect import (
     CommandOutput,
     detect_apple_silicon,
     detect_visual_studio,
-    gpus_from_nvml,
     parse_ldconfig,
-    parse_nvidia_smi_xml,
     parse_vswhere_json,
-    stub_dirs,
 )
 
 DETECT = DATA / "detect"

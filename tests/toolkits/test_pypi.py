@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from playbook.backends.cuda_probe import detect_cuda_toolkits
 from playbook.errors import ParameterError
 from playbook.params import load_params
-from playbook.steps.detect import CommandOutput, detect_cuda_toolkits
+from playbook.probing import CommandOutput
 from playbook.toolkits import pypi
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="the assembled root's links are POSIX links")
