@@ -28,8 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
-# The knowledge base and the examples diagnosis compares with.
-_DIAGNOSIS = ("playbook/knowledge/", "tests/data/failures/", "tests/data/corpus/train/", "tests/data/clean/")
+# The knowledge base and the examples diagnosis compares with: the knowledge package's code and the three files
+# diagnosis reads, not the backends' tables beside them (a new backend's knowledge YAML changes no diagnosis).
+_DIAGNOSIS = (*(f"playbook/knowledge/{name}" for name in (
+    "__init__.py", "compatibility.py", "corpus.py", "evaluation.py", "failures.py", "logtext.py", "normalise.py",
+    "signatures.py", "similarity.py", "failures.yaml", "message_locales.yaml", "similarity_index.json")),
+    "tests/data/failures/", "tests/data/corpus/train/", "tests/data/clean/")
 _BUILD = ("benchmarks/build_speed.py", "playbook/steps/", "playbook/backends/", "playbook/process.py")
 
 # results file -> (the command that writes it, its inputs)
@@ -53,6 +57,10 @@ INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "python benchmarks/slow_tier_builds.py BASETEMP, after pytest of the three chain tests (see the file)",
         ("benchmarks/slow_tier_builds.py", "tests/test_end_to_end.py", "tests/test_rpc_end_to_end.py",
          "tests/test_vulkan_end_to_end.py", "playbook/steps/build.py", "playbook/steps/caches.py")),
+    "blas-vendors-cpu-vm.txt": (
+        "python benchmarks/blas_vendors.py --output benchmarks/results/blas-vendors-cpu-vm.txt",
+        ("benchmarks/blas_vendors.py", "playbook/backends/mkl.py", "playbook/knowledge/mkl.yaml", "playbook/verify/",
+         "playbook/child_scripts/", "params/mkl.yaml", "params/openblas.yaml", "params/cpu-portable.yaml")),
     "cxx-runtime-check-gpu-machine.txt": (
         "scripts/gpu-cxx-runtime-check.sh on a GPU machine", ("scripts/gpu-cxx-runtime-check.sh",)),
 }

@@ -292,6 +292,23 @@ class OpenBlas:
 
 
 @dataclass
+class Mkl:
+    """Intel oneMKL, for llama.cpp's BLAS backend (``-DGGML_BLAS_VENDOR=Intel10_64lp``): one root holding lib/ and
+    include/ (an installed oneAPI MKL, a conda prefix, or the one the playbook assembled from PyPI's wheels)."""
+
+    root: str = ""  # "" when no MKL was found
+    origin: str = ""  # where the root was named: mkl.root, MKLROOT, or assembled (the playbook's cache)
+    version: str = ""  # from mkl_version.h ("2026.2.0")
+    libraries: list[str] = field(default_factory=list)  # the link names FindBLAS asks for that the root holds
+    missing: list[str] = field(default_factory=list)  # those it lacks ("libiomp5.so")
+    header: str = ""  # the root's mkl.h, which ggml-blas includes
+
+    @property
+    def found(self) -> bool:
+        return bool(self.root and self.header and not self.missing)
+
+
+@dataclass
 class Apple:
     chip: str = ""  # "Apple M3 Pro" (sysctl machdep.cpu.brand_string)
     metal_compiler: str = ""  # xcrun -f metal; empty when the toolchain lacks it
@@ -326,6 +343,7 @@ class Facts:
     apple: Apple = field(default_factory=Apple)
     sycl: Sycl = field(default_factory=Sycl)
     openblas: OpenBlas = field(default_factory=OpenBlas)
+    mkl: Mkl = field(default_factory=Mkl)
     # Every device a backend's probe found, in the backends' order: the generic list messages read.
     devices: list[Device] = field(default_factory=list)
 

@@ -34,7 +34,7 @@ def test_overrides_are_typed():
     [
         ("model.shap=1b", "unknown parameter 'model.shap'; accepted keys here: path, quant, seed, shape"),
         ("bakend=cpu", "unknown parameter 'bakend'"),
-        ("backend=rocm", "parameter backend = 'rocm'; accepted values: auto, cuda, hip, metal, vulkan, sycl, openblas, cpu"),
+        ("backend=rocm", "parameter backend = 'rocm'; accepted values: auto, cuda, hip, metal, vulkan, sycl, openblas, mkl, cpu"),
         ("verify.repetitions=three", "parameter verify.repetitions = 'three'; accepted: a whole number of 1 or more"),
         ("build.jobs=many", "parameter build.jobs = 'many'; accepted: a whole number of 1 or more, or auto"),
         ("build.jobs=0", "parameter build.jobs = 0; accepted: a whole number of 1 or more, or auto"),

@@ -11,14 +11,16 @@ verify and the fleet table only ask the registry; none of them names a backend.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from playbook.backends.plan import BackendInputs, BackendPlan, Choice, PlanDraft
 from playbook.facts import Device, Facts
 from playbook.knowledge.failures import Remedy
 from playbook.probing import ProbeContext
+from playbook.toolkits import pypi
 
 GIB_MIB = 1024
 
@@ -173,6 +175,13 @@ class BackendUnit:
         """What a knowledge-base remedy changes in its own part of a failed attempt's plan (its toolkit, its GPU
         architectures, its host compiler), from that plan as ``inputs``; empty when nothing."""
         return BackendPlan()
+
+    def assemble(self, request: pypi.ToolkitRequest, cache_dir: Path, *, python: str,
+                 log: Callable[[str], None] | None = None) -> pypi.ProvisionedToolkit:
+        """Lay out the toolkit its plan's ``toolkit_request`` names in the playbook's cache (build calls it before
+        CMake runs; raises :class:`~playbook.toolkits.pypi.ToolkitError`). This default assembles NVIDIA's PyPI
+        wheels (:func:`playbook.toolkits.pypi.provision`); a unit that requests another toolkit assembles its own."""
+        return pypi.provision(request, cache_dir, python=python, log=log)
 
     def toolkit_release(self, inputs: BackendInputs) -> str:
         """The release of the toolkit a plan builds with ("13.0"), where it has one; "" otherwise."""

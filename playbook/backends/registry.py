@@ -11,6 +11,7 @@ from playbook.backends.cpu import CpuBackend
 from playbook.backends.cuda import CudaBackend
 from playbook.backends.hip import HipBackend
 from playbook.backends.metal import MetalBackend
+from playbook.backends.mkl import MklBackend
 from playbook.backends.openblas import OpenBlasBackend
 from playbook.backends.prebuilt import PrebuiltBackend
 from playbook.backends.sycl import SyclBackend
@@ -27,6 +28,7 @@ UNITS: tuple[BackendUnit, ...] = (
     VulkanBackend(),
     SyclBackend(),
     OpenBlasBackend(),
+    MklBackend(),
     FALLBACK_UNIT,
 )
 FALLBACK = FALLBACK_UNIT.name

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from playbook.backends import registry
 from playbook.files import atomic_copy, sha256_of
 from playbook.locks import RunLock
 from playbook.process import run_captured, run_streaming
@@ -38,7 +39,7 @@ from playbook.steps.caches import (
 )
 from playbook.steps.configure import BuildPlan
 from playbook.steps.source import SourceInfo
-from playbook.toolkits.pypi import ToolkitError, provision
+from playbook.toolkits.pypi import ToolkitError
 from playbook.toolkits.pypi import provenance as toolkit_provenance
 
 NINJA_PROGRESS = re.compile(r"^\s*\[(\d+)/(\d+)\]")
@@ -217,15 +218,15 @@ def _build_locked(plan: BuildPlan, source: SourceInfo, layout: Layout, cache_dir
 
         if plan.toolkit_request is not None:
             try:
-                provisioned = provision(plan.toolkit_request, cache_dir, python=python,
-                                        log=lambda line: write(f"playbook: {line}"))
+                provisioned = registry.unit(plan.backend).assemble(plan.toolkit_request, cache_dir, python=python,
+                                                                   log=lambda line: write(f"playbook: {line}"))
             except ToolkitError as err:
-                write(f"playbook: CUDA toolkit from PyPI failed: {err}")
+                write(f"playbook: toolkit from PyPI failed: {err}")
                 result.exit_code = None
                 result.duration_s = round(time.monotonic() - started, 2)
                 return result
             result.toolkit = toolkit_provenance(provisioned)
-            if Path(provisioned.root) != Path(plan.cuda_toolkit):
+            if plan.cuda_toolkit and Path(provisioned.root) != Path(plan.cuda_toolkit):
                 write(f"playbook: warning: the plan expected the toolkit at {plan.cuda_toolkit}, it is at {provisioned.root}")
         for stale in remove_stale_libraries(tree):
             write(f"playbook: removed {stale}, left in the source tree by an earlier build")

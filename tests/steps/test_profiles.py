@@ -186,6 +186,7 @@ MEANT_FOR = {
     "gpu-tune": ("gpu-machine-h200", "cuda", []),
     "hip": ("rx7900xtx-rocm6.2", "hip", []),
     "metal": ("m2-mac", "metal", []),
+    "mkl": ("no-gpu", "mkl", []),
     "offline": ("no-gpu", "cpu", ["source.path={tmp}", "source.find_links={tmp}"]),
     "openblas": ("debian12-openblas", "openblas", []),
     "prebuilt-lib": ("gpu-machine-h200", "prebuilt", ["build.prebuilt_lib={tmp}/libllama.so"]),
