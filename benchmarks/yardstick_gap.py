@@ -201,9 +201,13 @@ def sources_of_run(run: Path) -> Sources:
     if not attempt:
         raise SystemExit(f"{run} has no verify-attempt-N.json")
     result = from_dict(VerifyResult, json.loads(layout.verify_result(attempt).read_text()))
-    if result.llama_bench is None or not result.llama_bench.binary:
+    from playbook.verify.units.llama_bench import LLAMA_BENCH
+    from playbook.verify.units.model_file import MODEL_FILE
+
+    bench, model = result.measured(LLAMA_BENCH), result.measured(MODEL_FILE)
+    if bench is None or not bench.binary or model is None:
         raise SystemExit(f"{run}'s verify built no llama-bench (verify.llama_bench: true)")
-    return Sources(result.site_dir, result.llama_bench.binary, result.model_path, result.threads)
+    return Sources(result.site_dir, bench.binary, str(model.path), result.threads)
 
 
 def run_child(spec: dict, site: str, timeout_s: float) -> dict:

@@ -12,9 +12,10 @@ import pytest
 from conftest import cmake_project
 
 from playbook import resources
+from playbook.backends import registry
 from playbook.chain import StepCall, execute_step, next_step, open_step
 from playbook.errors import MissingPredecessor, StepFailed
-from playbook.params import load_params
+from playbook.params import BACKEND_SETTINGS, PARAMETER_GROUPS, load_params
 from playbook.runfolder.folder import Outcome, RunFolder
 from playbook.runfolder.layout import Step
 from playbook.serialization import read_json
@@ -68,8 +69,9 @@ def test_step_notebooks_are_clean_and_take_the_playbooks_parameters(step):
     notebook = nbformat.read(resources.notebook(step), as_version=4)
     tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1
-    for name in ("run_dir", "params_file", "backend", "source", "cuda", "build", "model", "verify"):
+    for name in ("run_dir", "params_file", *PARAMETER_GROUPS, BACKEND_SETTINGS):
         assert f"\n{name} = " in "\n" + tagged[0].source
+    assert not any(f"\n{unit.name} = " in "\n" + tagged[0].source for unit in registry.units())  # names no backend
     assert all(not c.get("outputs") and not c.get("execution_count") for c in notebook.cells if c.cell_type == "code")
 
 

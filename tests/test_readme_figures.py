@@ -97,6 +97,14 @@ def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
     return read
 
 
+def blas_vendors(model: str, column: int) -> Callable[[], float]:
+    """blas_vendors.py's table: a model's row, its N-th number (pp mkl, pp openblas, pp cpu, ratios)."""
+    def read() -> float:
+        line = next(x for x in _text(RESULTS / "blas-vendors-cpu-vm.txt").splitlines() if x.startswith(f"{model}-Q8_0 "))
+        return float(line.split()[1 + column])
+    return read
+
+
 def openblas_round(model: str, number: int, wheel: str, test: str) -> Callable[[], float]:
     """One round's rate in openblas_vs_cpu.py's log lines."""
     def read() -> float:
@@ -473,6 +481,12 @@ FIGURES = [
     F(RUNS, "built cold in {} s (311 ninja steps, libmtmd", build(FORK, 1, "duration_s"), ".0f"),
     F(RUNS, "built cold in 2755 s ({} ninja steps, libmtmd", ninja_total(REF / FORK / "build-attempt-1.log")),
     F(BACKENDS, "the 1B-shaped model 8.8 against {} t/s", openblas_vs_cpu("1b", 1), ".1f"),
+    F(BACKENDS, "1b-Q8_0: oneMKL {}, OpenBLAS", blas_vendors("1b", 0), ".1f"),
+    F(BACKENDS, "1b-Q8_0: oneMKL 8.0, OpenBLAS {}, CPU", blas_vendors("1b", 1), ".1f"),
+    F(BACKENDS, "OpenBLAS 14.3, CPU {} t/s", blas_vendors("1b", 2), ".1f"),
+    F(BACKENDS, "tiny-Q8_0: oneMKL {}, OpenBLAS", blas_vendors("tiny", 0), ".1f"),
+    F(BACKENDS, "oneMKL 444.8, OpenBLAS {}, CPU", blas_vendors("tiny", 1), ".1f"),
+    F(BACKENDS, "OpenBLAS 407.1, CPU {} t/s", blas_vendors("tiny", 2), ".1f"),
     F(BACKENDS, "184.1 against {} t/s (ratio 0.56", openblas_vs_cpu("tiny", 1), ".1f"),
     F(BACKENDS, "(the tiny model's: 5.4 to {} t/s)", openblas_round("tiny", 3, "openblas", "tg"), ".1f"),
     F(BACKENDS, "from the same tree ({} s: an earlier run", verify(RPC, 1, RPC_OFFLOAD, "servers.0.build.build_s"), ".1f"),

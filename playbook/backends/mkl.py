@@ -121,13 +121,15 @@ def header_version(path: Path) -> str:
     return ".".join(str(int(part)) for part in match.groups()) if match else ""
 
 
-def find_mkl(root_setting: str, environ: Mapping[str, str], cache_dir: Path) -> Mkl:
+def find_mkl(root_setting: str, environ: Mapping[str, str], cache_dir: Path | None) -> Mkl:
     """The oneMKL a build would use: ``mkl.root`` when set, else ``$MKLROOT``, else the newest root the playbook
     assembled in its cache; an empty :class:`Mkl` when there is none (the plan then assembles one)."""
     if root_setting:
         return inspect_root(Path(root_setting), "mkl.root")
     if environ.get("MKLROOT"):
         return inspect_root(Path(environ["MKLROOT"]), "MKLROOT")
+    if cache_dir is None:  # detect asked to look in no cache
+        return Mkl()
     assembled = sorted((p for p in toolkits_dir(cache_dir).glob(f"{ROOT_PREFIX}*") if (p / MARKER).is_file()),
                        key=lambda p: [int(n) for n in re.findall(r"\d+", p.name)])
     return inspect_root(assembled[-1], "assembled") if assembled else Mkl()

@@ -53,7 +53,7 @@ def test_nvcc_s_spelling_is_refused_when_the_parameters_are_read():
     with pytest.raises(ParameterError, match="'90;sm_89' is not|'sm_89' is not"):
         load_params(None, ["cuda.architectures=90;sm_89"])
     for good in ("native", "90", "86;89;120", "90a", "80-real", "all-major", "100f;120a-virtual"):
-        assert load_params(None, [f"cuda.architectures={good}"]).cuda.architectures == good
+        assert load_params(None, [f"cuda.architectures={good}"]).settings("cuda").architectures == good
 
 
 def test_an_unknown_architecture_is_refused_with_backend_auto_too():

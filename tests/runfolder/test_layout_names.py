@@ -13,14 +13,16 @@ import inspect
 import re
 from pathlib import Path
 
-from playbook.runfolder.layout import Layout, Step
+from playbook.runfolder.layout import BESIDE_NOTEBOOKS, Layout, Step, UnitFiles
 
 PACKAGE = Path(__file__).resolve().parents[2] / "playbook"
 LAYOUT_MODULE = PACKAGE / "runfolder" / "layout.py"
 ROOT = Path("/run-folder")
 # A sample value for each parameter a Layout method takes; a new parameter name needs one here.
 SAMPLES = {"attempt": 7, "n_gpu_layers": 13, "trial": 5, "pair": 3, "side": "gpu", "tool": "cuobjdump", "step": Step.BUILD,
-           "stem": "verify", "path": ROOT / "wheelhouse" / "attempt-7" / "x.whl", "name": "x"}
+           "stem": "verify", "path": ROOT / "wheelhouse" / "attempt-7" / "x.whl", "name": "x", "namespace": "bench"}
+# Packages that write other folders than run folders: a wheel index's PEP 503 pages are index.html too.
+NOT_RUN_FOLDERS = ("wheelindex",)
 NUMBER = re.compile(r"\d+")
 PLACEHOLDER = "{}"
 
@@ -41,12 +43,29 @@ def layout_names() -> set[str]:
             value = member(layout, *(SAMPLES[p] for p in parameters))
         else:
             continue
+        if isinstance(value, UnitFiles):
+            value = unit_file_samples(layout)
         produced += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, Path)]
     names = set()
     for path in produced:
         if path.is_relative_to(ROOT):
             names.update(NUMBER.sub(PLACEHOLDER, part) for part in path.relative_to(ROOT).parts)
     return names
+
+
+def unit_file_samples(layout: Layout) -> list[Path]:
+    """The names verify's units get through their namespaces (``ctx.files("bench").log("ngl-17")``), for every
+    namespace the units' code asks for."""
+    namespaces = {m for module in (PACKAGE / "verify").rglob("*.py")
+                  for m in re.findall(r"files\(\s*\"([\w-]+)\"|^\w*FILES\w* = \"([\w-]+)\"",
+                                      module.read_text(encoding="utf-8"), re.M) for m in m if m}
+    paths: list[Path] = []
+    for namespace in sorted(namespaces):
+        files = layout.unit_files(SAMPLES["attempt"], namespace)
+        paths += [files.log(), files.log("ngl-7"), files.log("ngl-7-005"), files.log("pair-03")]
+        if namespace in BESIDE_NOTEBOOKS:
+            paths += [files.beside(suffix) for suffix in (".csv", ".png", ".svg", ".md", ".json", ".log")]
+    return paths
 
 
 def checked(names: set[str]) -> set[str]:
@@ -92,7 +111,7 @@ def test_no_module_but_layout_spells_a_run_folder_file_name():
     names = checked(layout_names())
     offenders = []
     for module in sorted(PACKAGE.rglob("*.py")):
-        if module == LAYOUT_MODULE:
+        if module == LAYOUT_MODULE or module.parent.name in NOT_RUN_FOLDERS:
             continue
         for line, text in literals(ast.parse(module.read_text(encoding="utf-8"))):
             for name in spelled_names(text, names):

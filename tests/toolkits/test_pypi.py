@@ -49,7 +49,7 @@ def test_a_12x_release_cannot_compile_on_its_own_and_the_parameter_says_so():
         load_params(None, ["cuda.toolkit=pypi:12.8"])
     with pytest.raises(ParameterError, match="no pinned PyPI wheels"):
         load_params(None, ["cuda.toolkit=pypi:11.8"])
-    assert load_params(None, ["cuda.toolkit=pypi:13.0"]).cuda.toolkit == "pypi:13.0"
+    assert load_params(None, ["cuda.toolkit=pypi:13.0"]).settings("cuda").toolkit == "pypi:13.0"
 
 
 def test_components_of_an_installed_release():
