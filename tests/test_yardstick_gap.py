@@ -17,7 +17,7 @@ try:
 finally:
     sys.path.pop(0)
 
-ARCHIVES = sorted((ROOT / "benchmarks" / "results").glob("yardstick-gap-*.json"))
+ARCHIVES = sorted((ROOT / "outputs" / "reference").glob("*.yardstick-gap.json"))
 
 
 def entry(rate: float, spread: float = 0.0) -> dict:
@@ -73,7 +73,7 @@ def test_every_round_runs_every_variant_in_another_order():
 
 
 @pytest.mark.skipif(not ARCHIVES, reason="no yardstick-gap run archived yet: run benchmarks/yardstick_gap.py on a GPU "
-                                         "machine and put its JSON under benchmarks/results/yardstick-gap-*.json")
+                                         "machine and put its JSON beside its run as outputs/reference/<run id>.yardstick-gap.json")
 @pytest.mark.parametrize("path", ARCHIVES, ids=[p.name for p in ARCHIVES])
 def test_the_archived_experiment_holds_every_variant_and_its_analysis_is_recomputed_from_its_samples(path):
     run = gap.read_archive(path)
