@@ -85,7 +85,11 @@ RPC_GPU = "20261125T214733Z-vm"  # H100: CPU+RPC client (repaired: cxx-runtime-c
 OPENBLAS_VS_CPU = "openblas-vs-cpu-vm.txt"
 HIP = "20261125T145359Z-vm"  # HIP compiled with Debian 13's ROCm on the CPU-only VM
 GATE = "20261129T030438Z-vm"  # H200, the GPU acceptance gate's first run
-LAST_GATE = "20261129T034250Z-vm"  # H200, the gate's last run (outputs/reference/gpu-acceptance.json)
+LAST_GATE = "20261129T034250Z-vm"  # H200, the gate's last run before the backend redesign
+REDESIGN_GATE = "20261129T080312Z-vm"  # H200, the gate after the backend redesign (be57af5)
+NEWEST_GATE = "20261129T082430Z-vm"  # H200, the newest gate (outputs/reference/gpu-acceptance.json)
+GAP = REF / "20261129T080312Z-vm.yardstick-gap.json"  # benchmarks/yardstick_gap.py on REDESIGN_GATE's wheel
+FLAG_TUNE = "20261129T081443Z-vm"  # H200, the 1B tune with verify.tune_build_flags
 TUNE_H200 = "20261129T035051Z-vm"  # H200, the 7B tune per workload right after the last gate
 
 
@@ -94,6 +98,39 @@ def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
     def read() -> float:
         line = next(x for x in _text(RESULTS / OPENBLAS_VS_CPU).splitlines() if x.startswith(f"{model}-Q8_0 "))
         return float(line.split()[1 + column])
+    return read
+
+
+def gap_ratio(variant: str, layers: str, test: str) -> Callable[[], float]:
+    """yardstick_gap.py's median of a variant against llama-bench's, at a layer count and test."""
+    def read() -> float:
+        medians = json.loads(GAP.read_text())["medians"]
+        return medians[variant][layers][test] / medians["llama-bench"][layers][test]
+    return read
+
+
+def gap_share(variant: str, layers: int, test: str, component: int) -> Callable[[], float]:
+    """The share (per cent) of a variant's gap that one of its named components explains."""
+    def read() -> float:
+        gap = next(g for g in json.loads(GAP.read_text())["gaps"]
+                   if g["variant"] == variant and g["layers"] == layers and g["test"] == test)
+        return 100 * gap["components"][component]["ms"] / gap["gap_ms"]
+    return read
+
+
+def tune_flag_build(key: str) -> Callable[[], float]:
+    def read() -> float:
+        return float(json.loads((REF / FLAG_TUNE / "tune-attempt-1.json").read_text())["flag_builds"][0][key])
+    return read
+
+
+def tune_flag_gain(which: str) -> Callable[[], float]:
+    """The tune report's sentence on the flag: the gain with the rebuilt wheel, or the runtime settings' alone."""
+    def read() -> float:
+        text = (REF / FLAG_TUNE / "tune-attempt-1.md").read_text()
+        match = re.search(r"not recommended: ([\d.]+)× the defaults in tg, not 2% more than the runtime settings alone "
+                          r"on the verified wheel \(([\d.]+)×\)", text)
+        return float(match.group(1 if which == "rebuilt" else 2))
     return read
 
 
@@ -783,6 +820,20 @@ FIGURES = [
     F(MEASURE, "tg 0.983, 1.008 and {} here.", point(GATE, 1, 10, "tg_ratio"), ".3f"),
     # docs/measurements.md: the gate's last run and the tune right after it
     F(MEASURE, "of the same kind: the same plan, built on attempt 1 in {} s", build(LAST_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "20261129T080312Z-vm): built on attempt 1 in\n{} s", build(REDESIGN_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "302 s, verify ok in {} s, token generation 892.0", step_s(REDESIGN_GATE, "verify"), ".0f"),
+    F(MEASURE, "in 165 s, token generation {} t/s with all 17", point(REDESIGN_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "`outputs/reference/gpu-acceptance.json`: built on attempt 1 in {} s", build(NEWEST_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "321 s, verify ok in {} s, token generation", step_s(NEWEST_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation\n{} t/s with all 17 layers. Both", point(NEWEST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "verify's\ngeneration is {} of llama-bench's", gap_ratio("verify", "17", "tg"), ".3f"),
+    F(MEASURE, "the lean loop of `llama_decode` calls is {}, and its", gap_ratio("low-level", "17", "tg"), ".3f"),
+    F(MEASURE, "Python side explains {} % of that gap", gap_share("low-level", 17, "tg", 0), ".0f"),
+    F(MEASURE, "`Llama.generate` is {} of llama-bench, and 90 %", gap_ratio("Llama.generate", "17", "tg"), ".3f"),
+    F(MEASURE, "and {} %\nof its gap is its sampling", gap_share("Llama.generate", 17, "tg", 2), ".0f"),
+    F(MEASURE, "took {} s, its CUDA objects from", tune_flag_build("duration_s"), ".1f"),
+    F(MEASURE, "generation reached {}× the defaults against", tune_flag_gain("rebuilt"), ".3f"),
+    F(MEASURE, "the defaults against {}× for the runtime settings", tune_flag_gain("runtime"), ".3f"),
     F(MEASURE, "built on attempt 1 in 279 s, verify ok in {} s", step_s(LAST_GATE, "verify"), ".0f"),
     F(MEASURE, "token generation {} t/s with\nall 17 layers", point(LAST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(MEASURE, "and behind in this one ({})", cell(LAST_GATE, 1, 3, "pp_ratio_range")),
