@@ -5,11 +5,13 @@ counting imports for typing and inside functions too."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 from playbook.backends import registry
+from playbook.process import run_captured
 
 PACKAGE = Path(__file__).resolve().parents[2] / "playbook"
 # Where a backend's name belongs: its own module, and the knowledge files that describe it.
@@ -159,3 +161,19 @@ def test_the_checks_can_fail(tmp_path):
 def module_name_in(root: Path, path: Path) -> str:
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in playbook_modules()
+                                          if m.startswith(("playbook.steps.configure", "playbook.backends"))))
+def test_each_module_imports_alone(module):
+    done = run_captured([sys.executable, "-c", f"import {module}"], timeout_s=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_configure_s_lazy_names_resolve():
+    from playbook.steps import configure
+
+    assert sorted(configure.__all__) == sorted(configure._EXPORTS)
+    assert all(callable(getattr(configure, name)) for name in configure.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'plan_everything'"):
+        configure.plan_everything  # noqa: B018

@@ -3,9 +3,7 @@ configure package and the backends import without a cycle."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ from playbook.backends.vulkan import parse_vulkaninfo_summary
 from playbook.facts import Facts, HipGpu
 from playbook.knowledge.failures import FAMILIES
 from playbook.params import load_params
-from playbook.process import run_captured
 
 PACKAGE = Path(__file__).resolve().parents[2] / "playbook"
 KNOWLEDGE = PACKAGE / "knowledge"
@@ -78,105 +75,3 @@ def test_verify_reads_every_backend_s_buffers():
     log = "\n".join(f"load_tensors: {name}0 model buffer size =   100.00 MiB" for name in registry.device_log_names())
     assert gpu_memory_mib(log) == 100.0 * len(registry.device_log_names())
     assert {"CUDA", "Vulkan", "ROCm", "Metal"} <= set(registry.device_log_names())
-
-
-# ---------------------------------------------------------------- the import graph
-
-
-def module_imports(path: Path, module: str) -> set[str]:
-    """The playbook modules ``module`` imports when it is imported: module-level imports, neither those under
-    ``if TYPE_CHECKING:`` nor those inside functions. Importing ``a.b.c`` imports the packages ``a`` and ``a.b``."""
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names}
-    closed = set()
-    for name in found:
-        parts = name.split(".")
-        closed |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
-    return {name for name in closed if name.startswith("playbook")}
-
-
-def playbook_modules() -> dict[str, Path]:
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
-    return modules
-
-
-def import_graph() -> dict[str, set[str]]:
-    modules = playbook_modules()
-    return {name: {m for m in module_imports(path, name) if m in modules and m != name}
-            for name, path in modules.items()}
-
-
-def find_cycles(graph: dict[str, set[str]], prefixes: tuple[str, ...]) -> list[list[str]]:
-    """The import cycles of ``graph`` that pass through a module named with one of ``prefixes``."""
-    cycles: list[list[str]] = []
-    state: dict[str, str] = {}
-
-    def visit(name: str, trail: list[str]) -> None:
-        state[name] = "open"
-        for target in sorted(graph.get(name, ())):
-            if state.get(target) == "open":
-                cycle = trail[trail.index(target):] + [target]
-                if any(m.startswith(prefixes) for m in cycle):
-                    cycles.append(cycle)
-            elif target not in state:
-                visit(target, trail + [target])
-        state[name] = "done"
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    return cycles
-
-
-def test_configure_and_the_backends_have_no_import_cycle():
-    assert find_cycles(import_graph(), ("playbook.steps.configure", "playbook.backends")) == []
-
-
-def test_the_graph_check_sees_a_cycle(tmp_path):
-    """The check itself can fail: the old configure package's cycle (its __init__ importing the planner, which
-    imported the backends, which imported a sibling module) is reported; imports for typing or inside a
-    function are not edges."""
-    old = {"p.configure": {"p.configure.planner"}, "p.configure.planner": {"p.configure.backends"},
-           "p.configure.backends": {"p.configure.cuda"}, "p.configure.cuda": {"p.configure", "p.configure.windows"},
-           "p.configure.windows": {"p.configure"}}
-    assert ["p.configure", "p.configure.planner", "p.configure.backends", "p.configure.cuda",
-            "p.configure"] in find_cycles(old, ("p.configure",))
-    assert find_cycles(old, ("q.",)) == []
-    (tmp_path / "a.py").write_text("from playbook.backends import b\n")
-    assert module_imports(tmp_path / "a.py", "playbook.backends.a") == {"playbook", "playbook.backends",
-                                                                          "playbook.backends.b"}
-    (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import playbook.x\n"
-                                   "def f():\n    import playbook.y\n")
-    assert module_imports(tmp_path / "c.py", "playbook.c") == set()
-
-
-@pytest.mark.parametrize("module", sorted(m for m in playbook_modules()
-                                          if m.startswith(("playbook.steps.configure", "playbook.backends"))))
-def test_each_module_imports_alone(module):
-    done = run_captured([sys.executable, "-c", f"import {module}"], timeout_s=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
-def test_configure_s_lazy_names_resolve():
-    from playbook.steps import configure
-
-    assert sorted(configure.__all__) == sorted(configure._EXPORTS)
-    assert all(callable(getattr(configure, name)) for name in configure.__all__)
-    with pytest.raises(AttributeError, match="no attribute 'plan_everything'"):
-        configure.plan_everything  # noqa: B018
