@@ -57,8 +57,8 @@ def unit_file_samples(layout: Layout) -> list[Path]:
     """The names verify's units get through their namespaces (``ctx.files("bench").log("ngl-17")``), for every
     namespace the units' code asks for."""
     namespaces = {m for module in (PACKAGE / "verify").rglob("*.py")
-                  for m in re.findall(r"files\(\s*\"([\w-]+)\"|^\w*FILES\w* = \"([\w-]+)\"",
-                                      module.read_text(encoding="utf-8"), re.M) for m in m if m}
+                  for found in re.findall(r"files\(\s*\"([\w-]+)\"|^\w*FILES\w* = \"([\w-]+)\"",
+                                      module.read_text(encoding="utf-8"), re.MULTILINE) for m in found if m}
     paths: list[Path] = []
     for namespace in sorted(namespaces):
         files = layout.unit_files(SAMPLES["attempt"], namespace)
