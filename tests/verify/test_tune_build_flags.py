@@ -29,6 +29,7 @@ from playbook.verify.tune import (
     tune,
     tune_build_flags,
 )
+from playbook.verify.units.runtime_tune import TUNE
 
 DEFAULTS = llama_class_defaults(8)
 FA_FLAG = "-DGGML_CUDA_FA_QUANTS=q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16,q8_0-f16"
@@ -247,9 +248,10 @@ def test_tune_build_flags_rebuild_the_real_cpu_wheel_and_measure_it(tmp_path, cp
                             tmp_path, tmp_path / "cache",
                             tune_rebuild=wheel_builder(plan, source, layout, cache, {}, sys.executable, 1800))
     result = run_verify(request, log=print)
-    assert result.tune is not None, result.summary
+    tuned = result.measured(TUNE)
+    assert tuned is not None, result.summary
 
-    (built,) = result.tune.flag_builds
+    (built,) = tuned.flag_builds
     assert built.ok, built.error
     assert built.cmake_args == ["-DGGML_LLAMAFILE=OFF"] and built.sha256 != verified_sha
     assert Path(built.wheel).parent == layout.tune_wheel_dir(1) and sha256_of(cpu_wheel) == verified_sha
@@ -261,9 +263,9 @@ def test_tune_build_flags_rebuild_the_real_cpu_wheel_and_measure_it(tmp_path, cp
     assert "LLAMAFILE = 1" in system_info(Path(result.site_dir))
     assert "LLAMAFILE = 1" not in system_info(tmp_path / "cache" / "site" / built.sha256[:16])
 
-    (target,) = result.tune.targets
+    (target,) = tuned.targets
     assert [c.workload for c in target.build_flags] == ["pp", "tg"]
-    report = layout.tune_report(1).read_text()
+    report = layout.unit_files(1, "tune").beside(".md").read_text()
     assert "Build flags (verify.tune_build_flags)" in report and "`-DGGML_LLAMAFILE=OFF`: " in report
     for choice in target.build_flags:
         assert choice.cmake_args == ["-DGGML_LLAMAFILE=OFF"]
