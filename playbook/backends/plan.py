@@ -127,7 +127,35 @@ class BackendPlan:
     """The GPU targets verify looks for in the machine code ("90", "gfx1100")."""
 
 
-class PlanDraft:
+class PlanNotes:
+    """What a plan in the making says about itself: decisions, warnings (each once) and blockers. Shared by a
+    unit's :class:`PlanDraft` and the configure step's planner, which keep the three lists."""
+
+    decisions: list[Decision]
+    warnings: list[PlanWarning]
+    blockers: list[PlanWarning]
+
+    def decide(self, what: str, value: str, reason: str) -> None:
+        self.decisions.append(Decision(what, value, reason))
+
+    def warn(self, code: str, message: str) -> None:
+        if not any(w.code == code and w.message == message for w in self.warnings):
+            self.warnings.append(PlanWarning(code, message))
+
+    def block(self, code: str, message: str) -> None:
+        """A conflict that makes the build fail for certain: the run refuses to build unless forced."""
+        self.blockers.append(PlanWarning(code, message))
+        self.warn(code, message)
+
+    def note(self, plan: BackendPlan) -> None:
+        """Another plan's decisions, warnings and blockers, as if this one had said them."""
+        self.decisions += plan.decisions
+        for warning in plan.warnings:
+            self.warn(warning.code, warning.message)
+        self.blockers += plan.blockers
+
+
+class PlanDraft(PlanNotes):
     """One unit call's scratch pad: its checks add to it, :meth:`result` freezes it. Holds the inputs it was
     opened with, so that a check reads the facts, the settings and the environment planned so far from it."""
 
@@ -149,18 +177,6 @@ class PlanDraft:
         self.gpu_targets = ""
         self._added: list[str] = []
 
-    def decide(self, what: str, value: str, reason: str) -> None:
-        self.decisions.append(Decision(what, value, reason))
-
-    def warn(self, code: str, message: str) -> None:
-        if not any(w.code == code and w.message == message for w in self.warnings):
-            self.warnings.append(PlanWarning(code, message))
-
-    def block(self, code: str, message: str) -> None:
-        """A conflict that makes the build fail for certain: the run refuses to build unless forced."""
-        self.blockers.append(PlanWarning(code, message))
-        self.warn(code, message)
-
     def add_cmake_arg(self, arg: str) -> None:
         """Add ``-DNAME=value``, replacing an earlier value of the same variable."""
         self.cmake_args = with_cmake_arg(self.cmake_args, arg)
@@ -173,10 +189,7 @@ class PlanDraft:
         self.env.update(other.env)
         self.runtime_env.update(other.runtime_env)
         self.dll_directories += list(other.dll_directories)
-        self.decisions += other.decisions
-        for warning in other.warnings:
-            self.warn(warning.code, warning.message)
-        self.blockers += other.blockers
+        self.note(other)
 
     def result(self) -> BackendPlan:
         changed = {k: v for k, v in self.env.items() if self.inputs.env.get(k) != v}

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from playbook.backends import registry, rpc
 from playbook.backends.base import BackendUnit
-from playbook.backends.plan import BackendInputs, BackendPlan
+from playbook.backends.plan import BackendInputs, BackendPlan, PlanNotes
 from playbook.facts import CudaToolkit, Facts
 from playbook.params import Params
 from playbook.runfolder.folder import Outcome, RunFolder
@@ -40,7 +40,7 @@ MTMD_MODULE = "llama_cpp.mtmd_cpp"
 
 
 @dataclass
-class Planner:
+class Planner(PlanNotes):
     """One plan in the making. Sections add decisions (:meth:`decide`), warnings (:meth:`warn`) and
     blockers (:meth:`block`), CMake arguments and environment variables; a backend unit's part arrives as a
     :class:`~playbook.backends.plan.BackendPlan` value (:meth:`apply`), planned from :meth:`inputs_for`."""
@@ -67,18 +67,6 @@ class Planner:
     blockers: list[PlanWarning] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
     build_isolation: bool = False
-
-    def decide(self, what: str, value: str, reason: str) -> None:
-        self.decisions.append(Decision(what, value, reason))
-
-    def warn(self, code: str, message: str) -> None:
-        if not any(w.code == code and w.message == message for w in self.warnings):
-            self.warnings.append(PlanWarning(code, message))
-
-    def block(self, code: str, message: str) -> None:
-        """A conflict that makes the build fail for certain: the run refuses to build unless forced."""
-        self.blockers.append(PlanWarning(code, message))
-        self.warn(code, message)
 
     def set_cmake_arg(self, arg: str) -> None:
         """Add ``-DNAME=value``, replacing an earlier value of the same variable."""
@@ -107,10 +95,7 @@ class Planner:
         self.env.update(plan.env)
         self.runtime_env.update(plan.runtime_env)
         self.dll_directories += [d for d in plan.dll_directories if d not in self.dll_directories]
-        self.decisions += plan.decisions
-        for warning in plan.warnings:
-            self.warn(warning.code, warning.message)
-        self.blockers += plan.blockers
+        self.note(plan)
         self.toolkit = plan.toolkit or self.toolkit
         self.toolkit_request = plan.toolkit_request or self.toolkit_request
         self.architectures = plan.architectures or self.architectures
