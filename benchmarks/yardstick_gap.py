@@ -14,6 +14,10 @@ variants changes every round, so drift falls on all of them):
       low-level+logits    the same, and the n_vocab logits copied into a numpy array every token
       Llama.eval          llama_cpp.Llama(...).eval([token]), one token at a time (the high-level path)
       Llama.generate      Llama.generate with greedy sampling (llama.cpp's sampler chain, called through the binding)
+    both:
+      llama-bench on the wheel's libraries   the same llama-bench with the wheel's own libllama and libggml*
+                          loaded in place of those built beside it: a gap between the two llama-bench sides is the
+                          libraries' (how each was built), a gap from there to the binding is the caller's
     pp (one prompt of N tokens):
       llama-bench         -b 2048 -ub 512 (its defaults)
       verify              Session.prompt with the same batches (what verify passes)
@@ -54,8 +58,11 @@ RESULT_PREFIX = "YARDSTICK_GAP "
 TG_VARIANTS = ("verify", "low-level", "low-level+logits", "Llama.eval", "Llama.generate")
 PP_VARIANTS = ("verify", "Llama() batches", "Llama.eval")
 BENCH = "llama-bench"
+BENCH_ON_WHEEL = "llama-bench on the wheel's libraries"
 DESCRIPTIONS = {
     BENCH: "llama.cpp's llama-bench (C++ loop), same threads, flash attention, batches and thread pool",
+    BENCH_ON_WHEEL: "the same llama-bench binary with the wheel's libllama/libggml* loaded instead of its own "
+                    "(LD_LIBRARY_PATH; ldd's answer recorded): the libraries against the caller",
     "verify": "child_scripts/probe.py Session (what verify measures): llama_batch_get_one per token",
     "low-level": "llama_decode of a one-token llama_batch and llama_synchronize, nothing else per token",
     "low-level+logits": "low-level, and the n_vocab logits copied into numpy every token",
@@ -220,7 +227,28 @@ def run_child(spec: dict, site: str, timeout_s: float) -> dict:
     return json.loads(line[len(RESULT_PREFIX):])
 
 
-def run_llama_bench_round(src: Sources, args: argparse.Namespace, timeout_s: float) -> dict[str, dict[str, list]]:
+def wheel_library_env(site: str) -> dict[str, str]:
+    """The environment that makes llama-bench load the wheel's libllama and libggml* instead of its own: the wheel's
+    folder first on LD_LIBRARY_PATH, which the loader searches before a binary's RUNPATH (CMake writes RUNPATH;
+    :func:`resolved_libraries` shows whether it worked). The sonames are the same (libllama.so.0, libggml*.so.0)."""
+    lib_dir = Path(site) / "llama_cpp" / "lib"
+    return {"LD_LIBRARY_PATH": os.pathsep.join(p for p in (str(lib_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p)}
+
+
+def resolved_libraries(binary: str, env: dict[str, str]) -> dict[str, str]:
+    """ldd's answer for the llama and ggml libraries a binary loads under ``env``: {soname: path}."""
+    proc = subprocess.run(["ldd", binary], env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+                          check=False)
+    found = {}
+    for line in proc.stdout.splitlines():
+        name, _, rest = line.strip().partition(" => ")
+        if name.startswith(("libllama", "libggml")) or Path(name).name.startswith(("libllama", "libggml")):
+            found[Path(name).name] = rest.split(" (")[0].strip() if rest else name.split(" (")[0]
+    return found
+
+
+def run_llama_bench_round(src: Sources, args: argparse.Namespace, timeout_s: float,
+                          env: dict[str, str] | None = None) -> dict[str, dict[str, list]]:
     """One llama-bench process over every layer count: {ngl: {"pp"|"tg": [tokens/s per repetition]}}."""
     from playbook.verify.settings import BenchSettings
     from playbook.verify.yardsticks import llama_bench_command
@@ -228,7 +256,8 @@ def run_llama_bench_round(src: Sources, args: argparse.Namespace, timeout_s: flo
     settings = BenchSettings(threads=src.threads, flash_attn=args.flash_attn, poll=args.poll)
     command = llama_bench_command(Path(src.llama_bench), Path(src.model), args.layers, settings, args.n_prompt,
                                   args.n_gen, args.repetitions)
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False,
+                          env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise SystemExit(f"llama-bench exited with {proc.returncode}:\n{proc.stderr[-3000:]}")
     rows = json.loads(proc.stdout[proc.stdout.find("["):])
@@ -246,15 +275,19 @@ def variant_order(round_number: int) -> list[str]:
     return order[shift:] + order[:shift]
 
 
-def measure(src: Sources, args: argparse.Namespace) -> tuple[dict, int]:
-    """Interleaved rounds until the next would pass --time-limit-s: {variant: {ngl: {test: {samples, inside?}}}}."""
+def measure(src: Sources, args: argparse.Namespace, wheel_env: dict[str, str] | None) -> tuple[dict, int]:
+    """Interleaved rounds until the next would pass --time-limit-s: {variant: {ngl: {test: {samples, inside?}}}}.
+    ``wheel_env`` (when the swap of libraries works) adds llama-bench on the wheel's libraries as a third side."""
     samples: dict = {}
+    sides = ["binding", BENCH] + ([BENCH_ON_WHEEL] if wheel_env else [])
     started, rounds, round_s = time.monotonic(), 0, 0.0
     while rounds < args.rounds and (rounds == 0 or time.monotonic() - started + round_s <= args.time_limit_s):
         began = time.monotonic()
-        for side in ("binding", BENCH) if rounds % 2 == 0 else (BENCH, "binding"):
-            if side == BENCH:
-                add_bench_samples(samples, run_llama_bench_round(src, args, args.time_limit_s + 120))
+        for side in sides[rounds % len(sides):] + sides[:rounds % len(sides)]:
+            if side in (BENCH, BENCH_ON_WHEEL):
+                got = run_llama_bench_round(src, args, args.time_limit_s + 120,
+                                            wheel_env if side == BENCH_ON_WHEEL else None)
+                add_bench_samples(samples, got, side)
             else:
                 spec = {"model": src.model, "layers": args.layers, "threads": src.threads, "poll": args.poll,
                         "n_prompt": args.n_prompt, "n_gen": args.n_gen, "repetitions": args.repetitions,
@@ -266,11 +299,11 @@ def measure(src: Sources, args: argparse.Namespace) -> tuple[dict, int]:
     return samples, rounds
 
 
-def add_bench_samples(samples: dict, got: dict) -> None:
+def add_bench_samples(samples: dict, got: dict, side: str = BENCH) -> None:
     """One llama-bench process's rates: one sample per round (the median of its repetitions)."""
     for ngl, tests in got.items():
         for test, rates in tests.items():
-            entry = samples.setdefault(BENCH, {}).setdefault(ngl, {}).setdefault(test, {"samples": []})
+            entry = samples.setdefault(side, {}).setdefault(ngl, {}).setdefault(test, {"samples": []})
             entry["samples"].append(statistics.median(rates))
 
 
@@ -347,6 +380,13 @@ class Layer:
         rounds = [self.samples[v][self.ngl][test]["samples"] for v in (BENCH, variant)]
         return sum(ms(min(r), test, self.n_prompt) - ms(max(r), test, self.n_prompt) for r in rounds if r) / 2
 
+    def libraries(self, test: str) -> list[Component]:
+        """llama-bench on the wheel's libraries against llama-bench on its own: what the two builds differ by."""
+        bench, swapped = self.t(BENCH, test), self.t(BENCH_ON_WHEEL, test)
+        if bench is None or swapped is None:
+            return []
+        return [Component("the libraries: llama-bench on the wheel's libraries against on its own", swapped - bench)]
+
     def gaps(self) -> list[Gap]:
         return self.tg_gaps() + self.pp_gaps()
 
@@ -355,8 +395,9 @@ class Layer:
         outside = self.samples.get("low-level", {}).get(self.ngl, {}).get("tg", {}).get("python_ms_per_token")
         if bench is None or lean is None:
             return []
-        python_side = [Component("Python side of the lean loop (its time outside llama_decode/llama_synchronize)",
-                                 statistics.median(outside))] if outside else []
+        python_side = self.libraries("tg") + ([Component(
+            "Python side of the lean loop (its time outside llama_decode/llama_synchronize)",
+            statistics.median(outside))] if outside else [])
         gaps = []
         for variant in TG_VARIANTS:
             own = self.t(variant, "tg")
@@ -381,7 +422,7 @@ class Layer:
             own = self.t(variant, "pp")
             if own is None:
                 continue
-            parts = []
+            parts = self.libraries("pp")
             if variant != "verify":
                 parts.append(Component("n_batch 512 (Llama()) against 2048, n_ubatch 512 both", default_batches - matched))
             if variant == "Llama.eval":
@@ -414,7 +455,7 @@ def table(data: dict) -> str:
         for test, variants in (("tg", TG_VARIANTS), ("pp", PP_VARIANTS)):
             base = med[BENCH][ngl].get(test)
             lines.append(f"| {ngl} | {test} | {BENCH} | {base:.1f} | 1.000 | |" if base else "")
-            for variant in variants:
+            for variant in (BENCH_ON_WHEEL, *variants):
                 rate = med.get(variant, {}).get(ngl, {}).get(test)
                 gap = gaps.get((int(ngl), test, variant))
                 if rate and base:
@@ -499,7 +540,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --run RUN_DIR, or --site, --llama-bench and --model")
     if args.threads:
         src.threads = args.threads
-    samples, rounds = measure(src, args)
+    wheel_env = wheel_library_env(src.site)
+    libraries = {"own": resolved_libraries(src.llama_bench, {}), "swapped": resolved_libraries(src.llama_bench, wheel_env)}
+    wheel_lib = str(Path(src.site) / "llama_cpp" / "lib")
+    in_wheel = {name: path for name, path in libraries["swapped"].items() if (Path(wheel_lib) / name).exists()}
+    swapped = "libllama.so.0" in in_wheel and all(path.startswith(wheel_lib) for path in in_wheel.values())
+    whose = "the wheel's" if swapped else "NOT the wheel's: that side is left out"
+    print(f"llama-bench's libraries: own {libraries['own']}; swapped {libraries['swapped']} ({whose})", file=sys.stderr)
+    samples, rounds = measure(src, args, wheel_env if swapped else None)
     for points in samples.values():
         for tests in points.values():
             for entry in tests.values():
@@ -508,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sources": src.__dict__,
             "threads": src.threads, "poll": args.poll, "flash_attn": args.flash_attn, "n_prompt": args.n_prompt,
             "n_gen": args.n_gen, "repetitions": args.repetitions, "rounds": rounds, "layers": args.layers,
-            "descriptions": DESCRIPTIONS, "variants": samples, "medians": medians(samples),
+            "descriptions": DESCRIPTIONS, "libraries": libraries,
+            "variants": samples, "medians": medians(samples),
             "gaps": [g.__dict__ | {"components": [c.__dict__ for c in g.components], "unexplained_ms": g.unexplained_ms}
                      for g in explain(samples, args.n_prompt)]}
     out = args.out or Path(f"yardstick-gap-{socket.gethostname()}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")

@@ -66,6 +66,25 @@ def test_a_gap_within_the_spread_between_rounds_is_no_gap():
     assert gap.describe(verify).endswith("no gap to explain")
 
 
+def test_llama_bench_on_the_wheels_libraries_splits_a_gap_into_the_libraries_and_the_caller():
+    data = samples(llama_bench=10.0, low_level=10.5, verify=10.6, low_level_logits=10.9, Llama_eval=11.5,
+                   Llama_generate=12.0)
+    data[gap.BENCH_ON_WHEEL] = {"3": {"tg": entry(1000 / 10.4), "pp": entry(512 * 1000 / 103.0)}}
+    gaps = {(g.test, g.variant): g for g in gap.explain(data, 512)}
+    lean = gaps["tg", "low-level"]
+    assert [round(c.ms, 3) for c in lean.components] == [0.4, 0.3]  # the libraries, then the Python side
+    assert round(lean.unexplained_ms, 3) == -0.2  # the lean loop is faster inside the C calls, same libraries
+    assert gap.describe(lean).split(";")[1].strip().startswith("the libraries")
+    pp = gaps["pp", "verify"]
+    assert [round(c.ms, 3) for c in pp.components] == [3.0] and round(pp.unexplained_ms, 3) == 1.0
+
+
+def test_the_wheels_folder_goes_first_on_the_library_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/elsewhere")
+    env = gap.wheel_library_env(str(tmp_path))
+    assert env["LD_LIBRARY_PATH"].split(":") == [str(tmp_path / "llama_cpp" / "lib"), "/elsewhere"]
+
+
 def test_every_round_runs_every_variant_in_another_order():
     orders = [gap.variant_order(n) for n in range(3)]
     assert all(sorted(o) == sorted(orders[0]) for o in orders) and len({tuple(o) for o in orders}) == 3
