@@ -87,8 +87,11 @@ HIP = "20261125T145359Z-vm"  # HIP compiled with Debian 13's ROCm on the CPU-onl
 GATE = "20261129T030438Z-vm"  # H200, the GPU acceptance gate's first run
 LAST_GATE = "20261129T034250Z-vm"  # H200, the gate's last run before the backend redesign
 REDESIGN_GATE = "20261129T080312Z-vm"  # H200, the gate after the backend redesign (be57af5)
-NEWEST_GATE = "20261129T082430Z-vm"  # H200, the newest gate (outputs/reference/gpu-acceptance.json)
+PLAN_NOTES_GATE = "20261129T082430Z-vm"  # H200, the gate at 63da654
+NEWEST_GATE = "20261129T100051Z-vm"  # H200, the newest gate (outputs/reference/gpu-acceptance.json), 07ee148
 GAP = REF / "20261129T080312Z-vm.yardstick-gap.json"  # benchmarks/yardstick_gap.py on REDESIGN_GATE's wheel
+BENCH_SWAP = "llama-bench on the wheel's libraries"
+SWAP_GAP = REF / "20261129T100051Z-vm.yardstick-gap.json"  # the same, with llama-bench on the wheel's libraries
 FLAG_TUNE = "20261129T081443Z-vm"  # H200, the 1B tune with verify.tune_build_flags
 TUNE_H200 = "20261129T035051Z-vm"  # H200, the 7B tune per workload right after the last gate
 
@@ -101,10 +104,10 @@ def openblas_vs_cpu(model: str, column: int) -> Callable[[], float]:
     return read
 
 
-def gap_ratio(variant: str, layers: str, test: str) -> Callable[[], float]:
+def gap_ratio(variant: str, layers: str, test: str, archive: Path = GAP) -> Callable[[], float]:
     """yardstick_gap.py's median of a variant against llama-bench's, at a layer count and test."""
     def read() -> float:
-        medians = json.loads(GAP.read_text())["medians"]
+        medians = json.loads(archive.read_text())["medians"]
         return medians[variant][layers][test] / medians["llama-bench"][layers][test]
     return read
 
@@ -237,6 +240,15 @@ def cell(run: str, attempt: int, ngl: int, column: str) -> Callable[[], str]:
     """One sweep point's column in throughput-attempt-N.csv, as written (a range such as 0.877-1.182)."""
     return lambda: next(r[column] for r in _rows(REF / run / f"throughput-attempt-{attempt}.csv")
                         if int(r["n_gpu_layers"]) == ngl)
+
+
+def spread_between_processes(run: str, ngl: int, side: str, test: str = "tg") -> Callable[[], float]:
+    """A sweep point's spread between one side's processes (per cent), as throughput-attempt-1.csv writes it
+    ("binding 34.3%, llama-bench 19.2%")."""
+    def read() -> float:
+        text = cell(run, 1, ngl, f"{test}_spread_between_processes")()
+        return float(re.search(rf"{re.escape(side)} ([\d.]+)%", text).group(1))
+    return read
 
 
 def _tune_target(run: str, target: int) -> dict:
@@ -806,6 +818,29 @@ FIGURES = [
     F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
     F(BENCH, "`playbook diagnose` on a {} MB log: a long build log", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
     # docs/measurements.md: the GPU acceptance gate (its last run, outputs/reference/gpu-acceptance.json)
+    # the gate at 07ee148 and the experiment with the libraries swapped
+    F(MEASURE, "[`20261129T100051Z-vm.gate.log`](../outputs/reference/20261129T100051Z-vm.gate.log)): built on attempt 1 in {} s",
+      build(NEWEST_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "268 s,\nverify ok in {} s, token generation 910.8", step_s(NEWEST_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation {} t/s with all 17 layers.\n\nRight", point(NEWEST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "The earlier run's {} was", gap_ratio("verify", "17", "tg"), ".3f"),
+    F(MEASURE, "llama-bench samples ranged {}–928.2 t/s", lambda: min(_json(GAP)["variants"]["llama-bench"]["17"]["tg"]["samples"]), ".1f"),
+    F(MEASURE, "llama-bench samples ranged 880.6–{} t/s", lambda: max(_json(GAP)["variants"]["llama-bench"]["17"]["tg"]["samples"]), ".1f"),
+    F(MEASURE, "process's ({} % against 19.2 %", spread_between_processes(NEWEST_GATE, 0, "binding"), ".1f"),
+    F(MEASURE, "process's (34.3 % against {} % at 0 layers)", spread_between_processes(NEWEST_GATE, 0, "llama-bench"), ".1f"),
+    F(MEASURE, "ran at {} of llama-bench on its own", gap_ratio(BENCH_SWAP, "17", "tg", SWAP_GAP), ".3f"),
+    F(MEASURE, "in generation and {} in prompts at full offload", gap_ratio(BENCH_SWAP, "17", "pp", SWAP_GAP), ".3f"),
+    F(MEASURE, "(1.001 and {} at 10 layers)", gap_ratio(BENCH_SWAP, "10", "pp", SWAP_GAP), ".3f"),
+    F(MEASURE, "({} and 1.016 at 10 layers)", gap_ratio(BENCH_SWAP, "10", "tg", SWAP_GAP), ".3f"),
+    F(MEASURE, "verify's generation is {} of llama-bench's and its prompts", gap_ratio("verify", "17", "tg", SWAP_GAP), ".3f"),
+    F(MEASURE, "of llama-bench's and its prompts {}; the lean", gap_ratio("verify", "17", "pp", SWAP_GAP), ".3f"),
+    F(MEASURE, "`llama_decode` loop is at {}. Every", gap_ratio("low-level", "17", "tg", SWAP_GAP), ".3f"),
+    F(MEASURE, "verify's medians were {} (tg)", gap_ratio("verify", "10", "tg", SWAP_GAP), ".3f"),
+    F(MEASURE, "(tg) and {} (pp),", gap_ratio("verify", "10", "pp", SWAP_GAP), ".3f"),
+    F(MEASURE, "reached {} % for the binding", spread_between_processes(NEWEST_GATE, 0, "binding"), ".1f"),
+    F(MEASURE, "for the binding and {} % for llama-bench at\n0 layers", spread_between_processes(NEWEST_GATE, 0, "llama-bench"), ".1f"),
+    F(MEASURE, "against {} % and 4.9 % at full offload", spread_between_processes(NEWEST_GATE, 17, "binding"), ".1f"),
+    F(MEASURE, "against 5.6 % and {} % at full offload", spread_between_processes(NEWEST_GATE, 17, "llama-bench"), ".1f"),
     F(MEASURE, "wheel was built on attempt 1 in {} s, and verify", build(GATE, 1, "duration_s"), ".0f"),
     F(MEASURE, "with no repair, ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
     F(MEASURE, "ok in 159 s: token generation {} t/s with all 17 layers", point(GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
@@ -823,9 +858,9 @@ FIGURES = [
     F(MEASURE, "20261129T080312Z-vm): built on attempt 1 in\n{} s", build(REDESIGN_GATE, 1, "duration_s"), ".0f"),
     F(MEASURE, "302 s, verify ok in {} s, token generation 892.0", step_s(REDESIGN_GATE, "verify"), ".0f"),
     F(MEASURE, "in 165 s, token generation {} t/s with all 17", point(REDESIGN_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
-    F(MEASURE, "`outputs/reference/gpu-acceptance.json`: built on attempt 1 in {} s", build(NEWEST_GATE, 1, "duration_s"), ".0f"),
-    F(MEASURE, "321 s, verify ok in {} s, token generation", step_s(NEWEST_GATE, "verify"), ".0f"),
-    F(MEASURE, "token generation\n{} t/s with all 17 layers. Both", point(NEWEST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "`outputs/reference/gpu-acceptance.json`: built on attempt 1 in {} s", build(PLAN_NOTES_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "321 s, verify ok in {} s, token generation", step_s(PLAN_NOTES_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation\n{} t/s with all 17 layers. Both", point(PLAN_NOTES_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(MEASURE, "verify's\ngeneration is {} of llama-bench's", gap_ratio("verify", "17", "tg"), ".3f"),
     F(MEASURE, "the lean loop of `llama_decode` calls is {}, and its", gap_ratio("low-level", "17", "tg"), ".3f"),
     F(MEASURE, "Python side explains {} % of that gap", gap_share("low-level", 17, "tg", 0), ".0f"),
