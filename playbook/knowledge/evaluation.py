@@ -208,8 +208,8 @@ class Score:
         label = FROZEN_LABEL if self.part == FROZEN else self.part
         if self.leave_out == "project":
             label += ", leave-one-project-out"
-        rows = [f"| family ({label}) | logs | named | recall | named wrong | wrong-name rate | precision | "
-                "findings on clean logs |", "|---|---|---|---|---|---|---|---|"]
+        rows = [(f"| family ({label}) | logs | named | recall | named wrong | wrong-name rate | precision | "
+                 "findings on clean logs |"), "|---|---|---|---|---|---|---|---|"]
         for name in CORPUS_FAMILIES:
             family = self.families.get(name)
             if family is None or not family.logs:

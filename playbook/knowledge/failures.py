@@ -361,13 +361,16 @@ ROUTINE_LINE = re.compile(r"^\s*-- |Performing Test|Looking for|- not found\b|- 
 ROOT_FAILURE = re.compile(
     r"^[^\n]*(?:^\s*CMake Error\b|\bfatal error\b|(?<![\w-])error(?: [A-Z]{1,3}\d{3,5})?\s*:|"
     r"\bundefined reference to\b|\bcannot find -l\w|\bld returned \d+ exit status|unresolved external symbol|"
-    r"\bnvcc fatal\b|internal compiler error|Segmentation fault|\bcore dumped\b|GGML_ASSERT|"
+    r"\b(?:nvcc|ptxas|nvlink|fatbinary) fatal\b|internal compiler error|[Ss]egmentation fault|\bcore dumped\b|"
+    r"GGML_ASSERT|(?<![\w-])error\[E\d{4}\]:|"
     r"terminate called after throwing|Fatal Python error|^\s*Killed\s*$|\bpanicked at\b|"
     r"^\s*(?:\w+\.)*\w*(?:Error|Exception)(?: \[\w+\])?: )[^\n]*$", re.MULTILINE)
 WRAPPER_FAILURE = re.compile(
     r"^[^\n]*(?:error: subprocess-exited-with-error|did not run successfully|ERROR: Failed building wheel|"
     r"ERROR: Could not build wheels|ninja: build stopped|^\s*FAILED: |make(?:\[\d+\])?: \*\*\*|"
-    r"CMake build failed|Configuring incomplete|error: failed to run custom build command)[^\n]*$", re.MULTILINE)
+    r"CMake build failed|Configuring incomplete|error: failed to run custom build command|"
+    r"build script failed, must exit now|^\s*\*\* BUILD FAILED \*\*|^\s*[x\u00d7] Failed to (?:build|download and build) ['`])"
+    r"[^\n]*$", re.MULTILINE)
 HARMLESS_FAILURE = re.compile(r"-Werror|-Wno-error|\bwarning\b|\bdeprecated\b|\b0 errors?\b|error_code|errors?=|"
                               r"Performing Test .* - Failed|- not found$|Traceback \(most recent call last\)",
                               re.IGNORECASE)
@@ -438,7 +441,7 @@ def first_failure(text: str | LogText) -> tuple[int, str] | None:
 
 # The words of the prefixes by which a relaying tool reports a line as an error (normalise.failure_record).
 RECORD_LITERALS = ("npm err", "##[error]", "error:", "=> error [", "critical:", "fatal:", "categoryinfo",
-                   "fullyqualifiederrorid")
+                   "fullyqualifiederrorid", " error ", "gyp err!", "err! omg", "exception in thread")
 
 
 # Lines that only relay a failure or frame a message (pip, ninja, make, CMake's header line): they say
@@ -452,7 +455,8 @@ RELAY_LINE = re.compile(
     r"\bhas no attribute '__del__'|Exception ignored in|error: command .* failed with exit code|"
     r"Building wheel for \S+ \(pyproject\.toml\) (?:did not|finished with status 'error')|"
     r"^\s*(?:ERROR|error): (?:Failed|Could not)|failed to run custom build command|"
-    r"process didn't exit successfully:", re.IGNORECASE)
+    r"process didn't exit successfully:|build script failed, must exit now|^\s*\*\* BUILD FAILED \*\*|"
+    r"^\s*[x\u00d7] Failed to (?:build|download and build) ['`]|^\s*(?:[|`']->|[\u251c\u2570]\u2500[\u25b6>]) ", re.IGNORECASE)
 CMAKE_HEADER = re.compile(r"^\s*CMake Error\b[^\n]*:\s*$")
 
 

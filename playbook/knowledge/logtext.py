@@ -81,7 +81,7 @@ def translated_literals() -> tuple[str, ...]:
     """The words that mark a line holding a translated message (``message_locales.yaml``). A row that is one
     word of a non-Latin script (Chinese 错误 "error", 警告 "warning") is its own marker, although two
     characters are below the length a pattern's literal needs: they are that selective."""
-    found = set()
+    found: set[str] = set()
     for row in translations():
         pattern = row.local.pattern
         found |= required_literals(pattern) or ({pattern.lower()} if pattern.isalpha() and not pattern.isascii() else set())

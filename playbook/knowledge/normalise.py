@@ -37,6 +37,8 @@ QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "
 # is itself a failure's signature.
 HOME_FOLDER = re.compile(r"(?P<root>(?:\b[A-Za-z]:)?[\\/](?:Users|home|Documents and Settings)[\\/]{1,2})"
                          r"(?!<user>)(?P<name>[!-.0-9;=?-\[\]-~]+(?: [!-.0-9;=?-\[\]-~]+)?)(?=[\\/])", re.IGNORECASE)
+# A whole line in one Markdown inline-code span (one backtick at each end, none inside).
+INLINE_CODE_LINE = re.compile(r"^(?P<indent>[ \t]*)`(?P<code>[^`\n]+)`[ \t.]*$")
 HEX_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{9,}\b")  # an address; 8 digits are a Windows status code
 
 # The prefixes by which another tool relays a line of the build it ran, so that the line reads as its own tool
@@ -49,7 +51,7 @@ TOOL_PREFIX = re.compile(r"""^(?:
   | \#\#\[(?:warning|notice|debug|group|endgroup|command)\]
   | \#\d+[ \t]\d+(?:\.\d+)?[ \t]                              # BuildKit's step and seconds: "#12 30.76 "
   | \#\d+[ \t](?=ERROR:)                                     # BuildKit's step before its "ERROR: ..."
-  | \d{1,5}\.\d{1,3}[ \t]                                      # BuildKit's seconds in its failed step's summary
+  | [ ]?\d{1,5}\.\d{1,3}[ \t]                                 # BuildKit's seconds in its failed step's summary
   | (?P<failed_npm>npm[ \t](?:error|ERR!))[ \t]?                # npm's error level (npm 10: "npm error")
   | npm[ \t](?:warn|WARN|notice|info|verbose|http|timing|sill)[ \t]?
   | warning:[ \t][\w-]+@\d[\w.+-]*:[ \t]                         # cargo relaying a build script's output
@@ -57,6 +59,12 @@ TOOL_PREFIX = re.compile(r"""^(?:
   | (?:WARNING|INFO|DEBUG):[\w.]+:
   | [ \t]*\+[ \t]+(?P<failed_record>CategoryInfo|FullyQualifiedErrorId)[ \t]*:[ \t]?  # PowerShell's error record
   | Uncaught[ \t](?=\w*(?:Error|Exception)\b)                    # a JavaScript console's uncaught error
+  | \d{1,6}[ \t](?P<failed_npmlog>error)[ \t](?!generated\b|detected\b)  # npm's debug log: "704 error code 1"
+  | \d{1,6}[ \t](?:verbose|info|warn|silly|timing|http|notice)[ \t]
+  | gyp[ \t](?P<failed_gyp>ERR!)(?:[ \t]stack)?[ \t]?           # node-gyp: "gyp ERR! stack Error: not found: make"
+  | gyp[ \t](?:info|WARN|verb|http)[ \t]?
+  | (?P<failed_cmakejs>ERR![ \t]OMG)[ \t]?                       # cmake-js: "ERR! OMG CMake executable is not found."
+  | (?P<failed_java>Exception[ \t]in[ \t]thread[ \t]"[^"\n]*")[ \t]  # the JVM: 'Exception in thread "main" java...'
 )""", re.VERBOSE)
 # Lines a relaying tool adds that say nothing of the failure: a JavaScript stack frame ("    at f (x.js:1:2)"),
 # PowerShell's position of the failed command ("At line:1 char:1", "+ ~~~~").
@@ -83,9 +91,15 @@ def translations() -> tuple[Translation, ...]:
 
 
 def paste_line(line: str) -> str:
-    """A line of a pasted issue body as the log had it: no quote markers, a fence line empty, no CR."""
+    """A line of a pasted issue body as the log had it: no quote markers, a fence line empty, no CR, and a
+    whole line pasted as Markdown inline code (`` `RuntimeError: ...` ``) without its backticks."""
     line = line.removesuffix("\r")
-    return "" if FENCE_LINE.match(line) else QUOTE_PREFIX.sub("", line)
+    if FENCE_LINE.match(line):
+        return ""
+    line = QUOTE_PREFIX.sub("", line)
+    if "`" in line:
+        line = INLINE_CODE_LINE.sub(r"\g<indent>\g<code>", line)
+    return line
 
 
 def unwrap(line: str) -> tuple[str, bool]:

@@ -158,3 +158,57 @@ def test_prefixes_nest_and_a_line_of_only_digits_keeps_its_words():
     assert match_line(gdb) == "#0  0xADDR in _mm256_fmadd_ps ("
     assert unwrap("12 errors generated.") == ("12 errors generated.", False)
     assert UNRECOGNISED not in [f.id for f in diagnose_text("#12 30.76 gcc: No such file or directory")]
+
+
+# More relaying tools (issue 33, second round): npm's debug log file, node-gyp, cmake-js, the JVM, uv's frames,
+# the cmake crate's build script, and a line pasted as Markdown inline code. Each shape is a train log's
+# (the file named beside it); the messages below are other ones, so the tests hold the unwrapping, not a rule.
+RELAYED_FAILURES = {
+    # train/build-tooling/ghostscript-js-npm-debug-log-cmake-js.txt
+    "npm debug log": ("700 verbose Darwin 20.3.0\n704 error code 1\n706 error command failed", 2, "code 1"),
+    # train/host-compiler/bcrypt-node-gyp-not-found-make.txt
+    "node-gyp": (("gyp info spawn make\ngyp ERR! build error \ngyp ERR! stack Error: frobnicator refused\n"
+                 "gyp ERR! stack     at F (/usr/lib/node_modules/npm/node_modules/which/which.js:63:19)"), 3,
+                 "Error: frobnicator refused"),
+    # train/build-tooling/stf-cmake-js-cmake-executable-not-found.txt
+    "cmake-js": ("info TOOL Using Unix Makefiles generator.\nERR! OMG The frobnicator refused.", 2,
+                 "The frobnicator refused."),
+    # train/windows-env/java-llama-jllama-dll-cant-find-dependent-libraries.txt
+    "JVM": ('Exception in thread "main" java.lang.UnsatisfiedLinkError: the frobnicator refused', 1,
+            "java.lang.UnsatisfiedLinkError: the frobnicator refused"),
+    # train/build-tooling/stratus-docker-cargo-is-cmake-not-installed.txt
+    "cmake crate in BuildKit": (" 44.88   frobnicator refused\n 44.88   build script failed, must exit now", 2,
+                                "  build script failed, must exit now"),
+    # train/host-compiler/gptq-torch-gxx-newer-than-cuda-allows.txt
+    "inline code": ("`RuntimeError: the frobnicator refused`", 1, "RuntimeError: the frobnicator refused"),
+}
+
+
+@pytest.mark.parametrize("tool", RELAYED_FAILURES)
+def test_a_relayed_failure_is_found_and_read_without_the_relaying_prefix(tool):
+    text, line_number, matched = RELAYED_FAILURES[tool]
+    log = LogText.from_text(text)
+    assert first_failure(log)[0] == line_number
+    assert log.matched(line_number) == matched
+    findings = diagnose_log(log, detect_failure=True)
+    assert findings and findings[0].line_number == line_number
+
+
+def test_the_new_prefixes_leave_compiler_counts_and_clean_lines_alone():
+    assert unwrap("1 error generated.") == ("1 error generated.", False)
+    assert unwrap("2 errors detected in the compilation of \"x.cu\".") == ("2 errors detected in the compilation of \"x.cu\".", False)
+    assert unwrap("1 error detected in the compilation of \"x.cu\".")[1] is False
+    for line in ("gyp info spawn make", "704 verbose node v16.5.0", "info TOOL Using Unix Makefiles generator.",
+                 "`pip install llama-cpp-python`", "  `-> Call to `scikit_build_core.build.build_wheel` failed"):
+        assert not failure_record(line), line
+    assert diagnose_log(LogText.from_text("gyp info spawn make\n704 verbose node v16.5.0"), detect_failure=True) == []
+
+
+def test_uv_frames_relay_and_the_tools_error_under_them_is_first():
+    # train/host-compiler/db-gpt-uv-ascii-frames-nmake-missing.txt's frames, with another error under them
+    uv = ("  x Failed to build `llama-cpp-python==0.3.7`\n  |-> The build backend returned an error\n"
+          "  `-> Call to `scikit_build_core.build.build_wheel` failed (exit code: 1)\n\n      [stderr]\n"
+          "      CMake Error at CMakeLists.txt:3 (project):\n        The frobnicator refused.")
+    assert first_failure(uv)[0] == 6
+    assert first_failure("  × Failed to build `llama-cpp-python==0.3.7`\n  ╰─▶ Call to `x` failed") == (
+        1, "× Failed to build `llama-cpp-python==0.3.7`")
