@@ -121,6 +121,14 @@ def gap_share(variant: str, layers: int, test: str, component: int) -> Callable[
     return read
 
 
+def gap_spread(variant: str, layers: str, test: str, archive: Path = SWAP_GAP) -> Callable[[], float]:
+    """The spread of a variant's round medians in a yardstick_gap run: (highest - lowest) / median, per cent."""
+    def read() -> float:
+        rates = sorted(json.loads(archive.read_text())["variants"][variant][layers][test]["samples"])
+        return 100 * (rates[-1] - rates[0]) / rates[len(rates) // 2]
+    return read
+
+
 def tune_flag_build(key: str) -> Callable[[], float]:
     def read() -> float:
         return float(json.loads((REF / FLAG_TUNE / "tune-attempt-1.json").read_text())["flag_builds"][0][key])
@@ -826,8 +834,12 @@ FIGURES = [
     F(MEASURE, "The earlier run's {} was", gap_ratio("verify", "17", "tg"), ".3f"),
     F(MEASURE, "llama-bench samples ranged {}–928.2 t/s", lambda: min(_json(GAP)["variants"]["llama-bench"]["17"]["tg"]["samples"]), ".1f"),
     F(MEASURE, "llama-bench samples ranged 880.6–{} t/s", lambda: max(_json(GAP)["variants"]["llama-bench"]["17"]["tg"]["samples"]), ".1f"),
-    F(MEASURE, "process's ({} % against 19.2 %", spread_between_processes(NEWEST_GATE, 0, "binding"), ".1f"),
-    F(MEASURE, "process's (34.3 % against {} % at 0 layers)", spread_between_processes(NEWEST_GATE, 0, "llama-bench"), ".1f"),
+    F(MEASURE, "generation {} % for verify and", gap_spread("verify", "10", "tg"), ".1f"),
+    F(MEASURE, "for verify and\n  {} % for llama-bench", gap_spread("llama-bench", "10", "tg"), ".1f"),
+    F(MEASURE, "prompts {} % and 25.5 %", gap_spread("verify", "10", "pp"), ".1f"),
+    F(MEASURE, "prompts 26.8 % and {} %", gap_spread("llama-bench", "10", "pp"), ".1f"),
+    F(MEASURE, "the same spreads are {} % and 3.6 %", gap_spread("verify", "17", "tg"), ".1f"),
+    F(MEASURE, "the same spreads are 6.0 % and {} %", gap_spread("llama-bench", "17", "tg"), ".1f"),
     F(MEASURE, "ran at {} of llama-bench on its own", gap_ratio(BENCH_SWAP, "17", "tg", SWAP_GAP), ".3f"),
     F(MEASURE, "in generation and {} in prompts at full offload", gap_ratio(BENCH_SWAP, "17", "pp", SWAP_GAP), ".3f"),
     F(MEASURE, "(1.001 and {} at 10 layers)", gap_ratio(BENCH_SWAP, "10", "pp", SWAP_GAP), ".3f"),
