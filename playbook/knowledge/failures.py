@@ -88,6 +88,11 @@ class FailureEntry:
     explains: tuple[str, ...] = ()
     # The patterns with the literals that pre-select the lines they may match (signatures.py).
     signatures: tuple[Signature, ...] = ()
+    # Evidence of a more specific cause (``unless`` in the YAML): a generic symptom (a library that did not
+    # load, a crash, CMake's "No CUDA toolset found") whose log also shows one of these is not named by this
+    # entry, by pattern or by resemblance. The entry that names the specific cause names the log, or, where
+    # none does, it stays unrecognised with its first failure line: a wrong remedy is worse than none.
+    unless: tuple[Signature, ...] = ()
 
 
 # The one finding that is not a knowledge-base entry: the text plainly failed, and no entry names why.
@@ -173,6 +178,7 @@ def parse_knowledge_base(document: dict[str, Any]) -> KnowledgeBase:
                     remedy=Remedy.from_dict(raw["remedy"]) if raw.get("remedy") else None,
                     family=family,
                     explains=tuple(raw.get("explains", ())),
+                    unless=tuple(Signature.compile(p) for p in raw.get("unless", ())),
                 )
             )
         except KeyError as missing:
@@ -231,7 +237,7 @@ def known_findings(
         if not _applies(entry.platforms, platform) or not _applies(entry.stages, stage):
             continue
         found = [hit for hit in (log.first_match(signature) for signature in entry.signatures) if hit]
-        if not found:
+        if not found or yields(entry, log):
             continue
         line_number, _ = min(found, key=lambda hit: (hit[0], hit[1].start()))
         finding = Finding(
@@ -247,6 +253,11 @@ def known_findings(
         findings.append((-entry.specificity, line_number, finding))
     findings.sort(key=lambda item: (item[0], item[1]))
     return without_explained([finding for _, _, finding in findings], knowledge)
+
+
+def yields(entry: FailureEntry, log: LogText) -> bool:
+    """Whether ``log`` shows evidence of a more specific cause than ``entry``'s (its ``unless`` patterns)."""
+    return any(log.first_match(signature) for signature in entry.unless)
 
 
 def without_explained(findings: list[Finding], knowledge: KnowledgeBase | None = None) -> list[Finding]:
@@ -556,6 +567,8 @@ def nearest_failure(log: LogText, fallback: Finding, *, knowledge: KnowledgeBase
     if match.confidence < threshold.value:
         return dataclasses.replace(fallback, likely=match.id, similarity=match.score, like=match.example.source)
     entry = knowledge.get(match.id)
+    if yields(entry, log):  # the log shows a more specific cause than the example it resembles
+        return dataclasses.replace(fallback, likely=match.id, similarity=match.score, like=match.example.source)
     return Finding(entry.id, entry.title, fallback.evidence, fallback.line_number, entry.cause,
                    fill_fix(entry.fix, cuda_version), entry.remedy is not None, fallback.stage,
                    similarity=match.score, like=match.example.source)
