@@ -102,6 +102,9 @@ def test_nothing_that_passes_builds_as_before_and_says_why_in_one_line(tmp_path,
     [build] = [s for s in run.record().steps if s.step is Step.BUILD]
     assert build.outcome is Outcome.REUSED and build.message.endswith(f"({result.index_note})")
     assert run.layout.wheel_choice(1).name == "wheel-choice-attempt-1.json"
+    from playbook.interfaces.tables import build_summary
+
+    assert build_summary(result).loc["wheel index", "value"] == f"built: {result.index_note}"
 
 
 def test_an_empty_index_and_a_plan_no_record_promises_build_with_their_reason(tmp_path, this_machine, index_server):  # noqa: F811
@@ -153,3 +156,8 @@ def test_run_installs_a_published_real_wheel_instead_of_building(tmp_path, this_
     assert steps[Step.BUILD].message.startswith(f"installed the published wheel {record.variant} from {url}")
     assert steps[Step.VERIFY].outcome is Outcome.OK
     assert not (tmp_path / "second-cache" / "build").exists()  # no build folder: nothing compiled
+    from playbook.interfaces.tables import build_summary
+    from playbook.steps.build import BuildResult
+
+    shown = build_summary(run.read(BuildResult, run.layout.build_result(1)))
+    assert shown.loc["outcome", "value"] == "installed from a wheel index instead of building"
