@@ -61,6 +61,10 @@ INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "python benchmarks/blas_vendors.py --output benchmarks/results/blas-vendors-cpu-vm.txt",
         ("benchmarks/blas_vendors.py", "playbook/backends/mkl.py", "playbook/knowledge/mkl.yaml", "playbook/verify/",
          "playbook/child_scripts/", "params/mkl.yaml", "params/openblas.yaml", "params/cpu-portable.yaml")),
+    "wheel-index-cpu-vm.txt": (
+        "nice python benchmarks/wheel_index.py --output benchmarks/results/wheel-index-cpu-vm.txt",
+        ("benchmarks/wheel_index.py", "playbook/wheelindex/", "playbook/steps/", "playbook/backends/",
+         "playbook/verify/", "playbook/child_scripts/", "playbook/process.py", "params/cpu.yaml")),
     "cxx-runtime-check-gpu-machine.txt": (
         "scripts/gpu-cxx-runtime-check.sh on a GPU machine", ("scripts/gpu-cxx-runtime-check.sh",)),
 }

@@ -27,7 +27,7 @@ DEFAULT_PARAMS = resources.default_params_file()
 
 
 # The groups every parameter set has; each backend's own section (``cuda:``) is its unit's (``backends.registry``).
-PARAMETER_GROUPS = ("backend", "source", "build", "model", "verify")
+PARAMETER_GROUPS = ("backend", "source", "build", "model", "verify", "wheel_index")
 # A step notebook's one variable for every backend's section: {"cuda": {"architectures": "90"}}.
 BACKEND_SETTINGS = "backend_settings"
 SourceKind = Literal["sdist", "path"]
@@ -155,6 +155,20 @@ class VerifyParams:
 
 
 @dataclass
+class WheelIndexParams:
+    """Indexes of verified wheels (``playbook publish`` writes them) that ``playbook run`` and ``playbook install``
+    look in before building (playbook.wheelindex; docs/wheel-index.md)."""
+
+    sources: list[str] = field(default_factory=list)
+    """The indexes, in order: a folder, http(s)://host/path or s3://bucket/prefix. Empty: ``playbook run`` builds as
+    always (``playbook install`` adds its ``--from`` indexes after these). With one or more, ``run``'s first build
+    attempt installs the best fitting wheel that passes verify's check here instead of building."""
+    local: bool = True
+    """Also look first in this machine's own index in the cache folder (``<cache>/wheel-index``: the wheels
+    ``playbook install`` checked or built here)."""
+
+
+@dataclass
 class Params:
     backend: str = registry.AUTO
     """auto (configure chooses), or a backend's name (``backends.registry.parameter_values``)."""
@@ -162,6 +176,7 @@ class Params:
     build: BuildParams = field(default_factory=BuildParams)
     model: ModelParams = field(default_factory=ModelParams)
     verify: VerifyParams = field(default_factory=VerifyParams)
+    wheel_index: WheelIndexParams = field(default_factory=WheelIndexParams)
     backend_settings: dict[str, Any] = field(default_factory=dict)
     """Each backend's own section, typed by its unit (``cuda: {architectures: "90"}`` in a parameter file)."""
 
@@ -311,6 +326,32 @@ def check_params(params: Params) -> None:
         raise ParameterError("verify.tune_build_flags rebuilds the wheel for the tune: it needs verify.tune: true")
     if params.verify.gpu_memory_budget < 0:
         raise ParameterError("verify.gpu_memory_budget is MiB of GPU memory, 0 for none")
+    for number, index in enumerate(params.wheel_index.sources):
+        check_wheel_source(f"wheel_index.sources[{number}]", index)
+
+
+WHEEL_SOURCE_SCHEMES = ("http://", "https://", "s3://", "file://")
+
+
+def check_wheel_source(key: str, source: str) -> None:
+    """An index a wheel may come from: an existing folder, or an http(s)://, s3:// or file:// URL with a host or
+    path (whether it answers is found when it is read: one that does not is skipped with one line)."""
+    import urllib.parse
+
+    accepted = "a folder, http(s)://host/path or s3://bucket/prefix"
+    if not source.strip():
+        raise ParameterError(f"{key} is empty; give {accepted}")
+    if "://" in source:
+        if not source.startswith(WHEEL_SOURCE_SCHEMES):
+            raise ParameterError(f"{key} = {source!r}: {source.split('://')[0]}:// is not an index this playbook "
+                                 f"reads; give {accepted}")
+        parsed = urllib.parse.urlsplit(source)
+        if not (parsed.netloc or parsed.path.strip("/")):
+            raise ParameterError(f"{key} = {source!r} names no host or bucket; give {accepted}")
+        return
+    if not Path(source).expanduser().is_dir():
+        raise ParameterError(f"{key} = {source!r} is not a folder; give {accepted} "
+                             "(playbook publish RUN --to FOLDER makes one)")
 
 
 CCACHE_REMOTE_SCHEMES = ("redis", "http")  # ccache's HTTP storage speaks plain HTTP, not HTTPS

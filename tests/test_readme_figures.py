@@ -56,6 +56,7 @@ MEASURE = "docs/measurements.md"
 FORK_PAGE = "docs/reference-runs.md"
 STEPS = "docs/steps.md"
 TESTING = "docs/testing.md"
+WHEEL_INDEX_PAGE = "docs/wheel-index.md"
 DOCS = tuple(sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")))
 READMES = (README, BENCH, RUNS, "outputs/README.md", *DOCS)
 
@@ -65,6 +66,7 @@ PYPI = "pypi-toolkit-cpu-vm.txt"
 DIAGNOSE = "diagnose-speed-cpu-vm.txt"
 SLOW_TIER = "slow-tier-builds-cpu-vm.txt"
 SIMILARITY = "similarity-loto-cpu-vm.txt"
+WHEEL_INDEX = "wheel-index-cpu-vm.txt"
 
 GPU_1B = "20261122T010438Z-vm"  # H200, 1B-shaped Q8_0, 6 sweep points
 WRONG_ARCH = "20261122T011010Z-vm"  # 80-real, repaired to 90
@@ -521,6 +523,21 @@ def similarity_stage(group: int) -> Callable[[], int]:
     return lambda: int(re.findall(line, _text(RESULTS / SIMILARITY))[-1][group - 1])
 
 
+def wheel_index_case(case: str, column: str = "wall") -> Callable[[], float]:
+    """benchmarks/wheel_index.py's table: case a (the cold build) or b (the second machine), its wall seconds or
+    its ratio to (a)."""
+    def read() -> float:
+        line = next(x for x in _text(RESULTS / WHEEL_INDEX).splitlines() if x.startswith(f"({case}) "))
+        wall, ratio = line.split()[-3:-1]
+        return float(wall if column == "wall" else ratio)
+    return read
+
+
+def wheel_index_number(pattern: str) -> Callable[[], float]:
+    """The number a regex's group finds in benchmarks/wheel_index.py's archived output."""
+    return lambda: float(re.search(pattern, _text(RESULTS / WHEEL_INDEX), re.MULTILINE)[1])
+
+
 @functools.cache
 def corpus_tables() -> str:
     """README.md's corpus tables, as the evaluation of tests/data/corpus prints them."""
@@ -931,6 +948,16 @@ FIGURES = [
     F(RUNS, "top-1 agreement {} %. The yardstick's", per_cent(verify(GATE, 1, GPU_CPU_AGREEMENT, "top1_agreement")), ".0f"),
     F(RUNS, "at 0, 3, 7, 10, 14, 17 layers: pp {}; tg", medians(GATE, "pp")),
     F(RUNS, "; tg {} |", medians(GATE, "tg")),
+    # docs/wheel-index.md: the second machine from the index against a cold build, on the 2-core VM
+    F(WHEEL_INDEX_PAGE, "had a verified CPU wheel in {} s from the index", wheel_index_case("b"), ".1f"),
+    F(WHEEL_INDEX_PAGE, "against {} s for the cold build", wheel_index_case("a"), ".1f"),
+    F(WHEEL_INDEX_PAGE, "((b) / (a) = {})", wheel_index_case("b", "ratio"), ".3f"),
+    F(WHEEL_INDEX_PAGE, "the cold build's build step took {} s", wheel_index_number(r"its steps: .*build ([\d.]+) s"),
+      ".1f"),
+    F(WHEEL_INDEX_PAGE, "the new virtual environment {} s;", wheel_index_number(r"new venv ([\d.]+) s;"), ".1f"),
+    F(WHEEL_INDEX_PAGE, "`playbook install` {} s, of which", wheel_index_number(r"playbook install ([\d.]+) s;"),
+      ".1f"),
+    F(WHEEL_INDEX_PAGE, "passed in {} s and the rest", wheel_index_number(r"^    check passed in ([\d.]+) s"), ".1f"),
     F(KB, "the lines that hold it. A {} MB build log takes seconds", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
     F(KB, "this stage alone names {} of 1292 train logs rightly", similarity_stage(1)),
     F(KB, "this stage alone names 603 of {} train logs rightly", similarity_stage(2)),
@@ -947,6 +974,7 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
     Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}, as printed", lambda: printed(SIMILARITY).rstrip("\n")),
     Excerpt(TESTING, f"benchmarks/results/{SLOW_TIER}, as written", lambda: printed(SLOW_TIER).rstrip("\n")),
+    Excerpt(WHEEL_INDEX_PAGE, f"benchmarks/results/{WHEEL_INDEX}, as written", lambda: printed(WHEEL_INDEX).rstrip("\n")),
     Excerpt(KB, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{GATE}", lambda: _yardstick().table(REF / GATE)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{LAST_GATE}",

@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "build one when none fits or its check fails")
     _add_params_options(install)
     install.add_argument("--from", dest="sources", action="append", default=[], metavar="INDEX",
-                         help="a team index (folder, http(s):// or s3://; repeatable), after the local wheel cache")
+                         help="a team index (folder, http(s):// or s3://; repeatable), after the local wheel cache "
+                              "and the parameters' wheel_index.sources")
     install.add_argument("--into", type=Path, default=None, metavar="VENV",
                          help="the environment to install into (default: the one running the playbook)")
     install.add_argument("--publish", default="", metavar="INDEX", help="publish what a fallback build made there")

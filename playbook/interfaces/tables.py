@@ -118,6 +118,13 @@ def build_summary(result: BuildResult) -> pd.DataFrame:
     ]
     if result.reused_wheel:
         rows.append(("wheel cache", f"reused {result.reused_wheel}: same source, CMake arguments, toolchain, Python"))
+    if result.published:
+        rows[0] = ("outcome", "installed from a wheel index instead of building")
+        rows.append(("wheel index", (f"{result.published.variant} from {result.published.index_url}; its check here: "
+                                    f"{result.published.check} ({result.published.check_s:.0f} s); every verdict in "
+                                    f"{result.published.choice_file}")))
+    elif result.index_note:
+        rows.append(("wheel index", f"built: {result.index_note}"))
     if result.wheel:
         rows += [("wheel", result.wheel.name), ("size", f"{result.wheel.size_bytes / 2**20:.1f} MiB"),
                  ("sha256", result.wheel.sha256)]

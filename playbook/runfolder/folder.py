@@ -35,7 +35,7 @@ class Outcome(str, Enum):
 
     RUNNING = "running"
     OK = "ok"
-    REUSED = "reused"  # build: the wheel came from the wheel cache
+    REUSED = "reused"  # build: the wheel came from the wheel cache, or a checked one from a wheel index
     FAILED = "failed"  # the step ran and found a failure (its findings name it)
     CRASHED = "crashed"  # a child process died by a signal
     TIMED_OUT = "timed out"

@@ -7,6 +7,7 @@ for the path they write; :func:`owner_of` reads a name back (for ``history/`` an
     01-detect.ipynb  detect.json                                     detect
     02-configure.ipynb  plan-attempt-1.json                          configure
     03-build-attempt-N.ipynb  build-attempt-N.json/.log              build
+    wheel-choice-attempt-N.json                                      wheel_index.sources: every published wheel's verdict
     wheelhouse/attempt-N/*.whl
     04-repair-attempt-N.ipynb  diagnosis-attempt-N.json              repair (also plan-attempt-N+1.json)
     05-verify-attempt-N.ipynb  verify-attempt-N.json                 verify
@@ -78,7 +79,7 @@ VERIFY_LOGS = "verify-logs"
 # The step that writes each per-attempt file stem; plan-attempt-N (N > 1) is repair's, of attempt N-1.
 # Verify's units' files beside the notebooks, kept under the names they had; a new unit's go in verify-logs/attempt-N/.
 BESIDE_NOTEBOOKS = ("throughput", "llama-bench", "tune", "rpc", "rpc-server-build")
-STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
+STEM_OWNER = {"plan": Step.CONFIGURE, "build": Step.BUILD, "wheel-choice": Step.BUILD, "diagnosis": Step.REPAIR, "verify": Step.VERIFY,
               "tune-build": Step.VERIFY, **{stem: Step.VERIFY for stem in BESIDE_NOTEBOOKS}}
 FOLDER_OWNER = {WHEELHOUSE: Step.BUILD, VERIFY_LOGS: Step.VERIFY, TUNE_WHEELHOUSE: Step.VERIFY}
 # Copies of the newest attempt's facts that playbooks before the run-folder layout wrote; read, never written.
@@ -181,6 +182,11 @@ class Layout:
 
     def wheel_dir(self, attempt: int) -> Path:
         return self.root / WHEELHOUSE / f"attempt-{attempt}"
+
+    def wheel_choice(self, attempt: int) -> Path:
+        """With wheel_index.sources: what the build step found in the indexes before building (every wheel's verdict
+        with its reason, the check of the one taken, or the one line saying why it built)."""
+        return self._attempt_file("wheel-choice", attempt, ".json")
 
     def diagnosis(self, attempt: int) -> Path:
         return self._attempt_file("diagnosis", attempt, ".json")

@@ -79,6 +79,24 @@ class WheelInfo:
 
 
 @dataclass
+class PublishedWheel:
+    """A verified wheel from an index (``wheel_index.sources``) that this attempt installed instead of building."""
+
+    source: str
+    """The index that listed it."""
+    index_url: str
+    """Its variant's PEP 503 index (what a project's lines name)."""
+    variant: str
+    check: str
+    """verify's check of it here, in one line."""
+    check_s: float
+    check_folder: str
+    """Where the check's logs are (in the cache folder)."""
+    choice_file: str
+    """The run's record of every published wheel's verdict (``wheel-choice-attempt-N.json``)."""
+
+
+@dataclass
 class BuildResult:
     attempt: int
     ok: bool
@@ -101,6 +119,9 @@ class BuildResult:
     ccache: CcacheStats | None = None
     # The CUDA toolkit this attempt assembled from PyPI wheels (or reused): root, wheels with sha256.
     toolkit: dict[str, Any] = field(default_factory=dict)
+    # wheel_index.sources: the published wheel installed instead of building; or, when it built, the one line why.
+    published: PublishedWheel | None = None
+    index_note: str = ""
 
 
 def pip_wheel_command(plan: BuildPlan, tree: Path, wheel_dir: Path, python: str) -> list[str]:
@@ -277,8 +298,11 @@ def build_outcome(result: BuildResult) -> Outcome:
     return Outcome.TIMED_OUT if result.timed_out or result.stalled else Outcome.FAILED
 
 
-def build_step(run: RunFolder, attempt: int, on_progress: ProgressCallback | None = None) -> BuildResult:
-    """The build notebook's work: build (or reuse) the wheel of plan attempt ``attempt``."""
+def build_step(run: RunFolder, attempt: int, on_progress: ProgressCallback | None = None,
+               index_note: str = "") -> BuildResult:
+    """Build (or reuse) the wheel of plan attempt ``attempt``. ``index_note``: why the indexes of
+    ``wheel_index.sources`` gave no wheel to install instead (playbook.wheelindex.before_build), said in the step's
+    message and kept in the result."""
     from playbook.facts import Facts
     from playbook.steps.source import resolve_params_source
 
@@ -290,6 +314,7 @@ def build_step(run: RunFolder, attempt: int, on_progress: ProgressCallback | Non
     result = run_build(plan, source, layout, params.cache_dir, toolchain(facts, plan), sys.executable,
                        params.build.timeout_s, on_progress, stall_timeout_s=params.build.stall_timeout_s,
                        run_id=run.run_id)
+    result.index_note = index_note
     run.write(result, layout.build_result(attempt))
     if result.reused_wheel:
         message = "wheel reused from the wheel cache" + (f" (built by run {result.reused_from_run})"
@@ -299,7 +324,32 @@ def build_step(run: RunFolder, attempt: int, on_progress: ProgressCallback | Non
     else:
         message = f"pip exited with {result.exit_code}" + (" (stalled)" if result.stalled else "") + \
             (" (timed out)" if result.timed_out else "")
+    if index_note:
+        message += f" ({index_note})"
     run.finish_step(Step.BUILD, attempt, build_outcome(result), message)
+    return result
+
+
+def installed_instead(run: RunFolder, attempt: int, wheel: Path, source: SourceInfo, published: PublishedWheel,
+                      duration_s: float) -> BuildResult:
+    """Record that attempt ``attempt`` installed a published, checked wheel instead of building: the wheel goes
+    into the attempt's wheel folder (verify takes it from there), the result says where it came from."""
+    layout = run.layout
+    wheel_dir = layout.wheel_dir(attempt)
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    atomic_copy(wheel, wheel_dir / wheel.name)
+    log_path = layout.build_log(attempt)
+    log_path.write_text(f"playbook: attempt {attempt}: installed {wheel.name} ({published.variant}) from "
+                        f"{published.index_url} instead of building; its check here: {published.check} "
+                        f"({published.check_s:.1f} s); every published wheel's verdict: {published.choice_file}\n",
+                        encoding="utf-8")
+    result = BuildResult(attempt=attempt, ok=True, exit_code=0, duration_s=round(duration_s, 2),
+                         log_file=log_path.name, command=[], env={}, source=source,
+                         wheel=_wheel_info(wheel_dir / wheel.name), published=published)
+    run.write(result, layout.build_result(attempt))
+    run.finish_step(Step.BUILD, attempt, Outcome.REUSED,
+                    f"installed the published wheel {published.variant} from {published.source} instead of building "
+                    f"(its check passed in {published.check_s:.0f} s)")
     return result
 
 

@@ -172,6 +172,103 @@ class InstallRequest:
     check: bool = True
 
 
+def sources_of(params, extra: list[str] = ()) -> list[str]:  # type: ignore[no-untyped-def, assignment]
+    """The indexes to look in, in order: this machine's own (``wheel_index.local``), ``wheel_index.sources``, then
+    ``extra`` (``playbook install --from``)."""
+    cache_dir: Path = params.cache_dir
+    local = [str(local_index(cache_dir))] if params.wheel_index.local else []
+    if local:
+        local_index(cache_dir).mkdir(parents=True, exist_ok=True)
+    return list(dict.fromkeys([*local, *params.wheel_index.sources, *extra]))
+
+
+@dataclass
+class Found:
+    """A published wheel that fits this machine, downloaded whole with its sha256 checked, and passed its check."""
+
+    candidate: Candidate
+    wheel: Path
+    vocabulary: Path | None
+    check: CheckResult | None
+    index_url: str
+    """The wheel's own PEP 503 index (its variant's)."""
+
+
+@dataclass
+class Search:
+    """What a look through the indexes decided: every wheel's verdict with its reason, the indexes skipped, and the
+    wheel taken (None: nothing fits, or every fitting wheel was refused or failed its check)."""
+
+    needs: MachineNeeds
+    sources: list[str]
+    skipped_sources: list[str]
+    verdicts: list[Verdict]
+    found: Found | None = None
+
+    def why_none(self) -> str:
+        """One line: why no wheel was taken."""
+        if self.found is not None:
+            return ""
+        tried = [v for v in self.verdicts if not v.accepted and v.reason.startswith(("refused", "failed"))]
+        if tried:
+            return f"no published wheel passed: {tried[-1].variant} {tried[-1].reason}"
+        fitting = [v for v in self.verdicts if v.accepted]
+        if not self.verdicts:
+            where = f"{len(self.sources) - len(self.skipped_sources)} of {len(self.sources)} indexes answered"
+            return f"no published wheel in the indexes ({where})"
+        if not fitting:
+            return f"none of {len(self.verdicts)} published wheels fits this machine: {self.verdicts[0].reason}"
+        return "no published wheel was taken"
+
+
+def search(facts: Facts, params, sources: list[str], needs: MachineNeeds, log: Log,  # type: ignore[no-untyped-def]
+           check: bool = True) -> Search:
+    """The best wheel in ``sources`` that fits ``needs``, downloaded and (``check``) checked with verify's units here;
+    the next one when a download is refused or a check fails. Every verdict is logged and kept with its reason."""
+    candidates, skipped = gather(sources, log)
+    selection = choose(candidates, needs)
+    found = Search(needs, sources, skipped, list(selection.verdicts))
+    for verdict in selection.verdicts:
+        log(("chose " if verdict.accepted else "rejected ") + f"{verdict.variant} from {verdict.source}: {verdict.reason}")
+    for candidate in selection.ranked:
+        try:
+            taken = fetch_and_check(candidate, facts, params, check, log)
+        except wheel_index.IndexError_ as error:
+            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, False,
+                                          f"refused and skipped: {error}"))
+            log(f"refused {candidate.record.variant}: {error}")
+            continue
+        if taken.check is not None and not taken.check.ok:
+            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, False,
+                                          f"failed its check here: {taken.check.summary} (see {taken.check.folder})"))
+            continue
+        found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, True,
+                                      "taken: " + (f"passed its check here in {taken.check.duration_s:.1f} s"
+                                                   if taken.check else "not checked (check off)")))
+        found.found = taken
+        return found
+    return found
+
+
+def fetch_and_check(candidate: Candidate, facts: Facts, params, check: bool, log: Log) -> Found:  # type: ignore[no-untyped-def]
+    """The wheel downloaded whole (sha256 against its index entry; IndexError_ when refused) and checked here."""
+    cache_dir: Path = params.cache_dir
+    store = wheel_index.open_store(candidate.source)
+    downloads = cache_dir / "downloads" / "wheels" / candidate.record.sha256[:16]
+    wheel = wheel_index.fetch_wheel(store, candidate.record, downloads)
+    log(f"downloaded {wheel.name} ({candidate.record.variant}), sha256 matches its index entry")
+    vocabulary_dir = cache_dir / "downloads" / "vocab"
+    vocabulary = wheel_index.fetch_vocabulary(store, vocabulary_dir)
+    result = None
+    if check:
+        # verify's children run with the playbook's interpreter, which has the wheel's dependencies; the target
+        # environment may not have them until pip installs the wheel.
+        result = check_wheel(wheel, candidate.record, facts, params, cache_dir,
+                             vocabulary_dir if vocabulary else None, sys.executable, log)
+        log(f"check {'passed' if result.ok else 'failed'} in {result.duration_s:.1f} s: {result.summary}")
+    return Found(candidate, wheel, vocabulary, result, store.url(wheel_index.variant_index(candidate.record)))
+
+
 def install(request: InstallRequest, log: Log = print) -> InstallRecord:
     from playbook.wheelindex.select import needs_from_facts
 
@@ -182,24 +279,13 @@ def install(request: InstallRequest, log: Log = print) -> InstallRecord:
     needs = needs_from_facts(request.facts, accepted_tags(python), params.backend,  # type: ignore[attr-defined]
                              params.source.version if params.source.kind == "sdist" else "")  # type: ignore[attr-defined]
     local_index(cache_dir).mkdir(parents=True, exist_ok=True)
-    sources = [str(local_index(cache_dir)), *request.sources]
-    candidates, skipped = gather(sources, log)
-    selection = choose(candidates, needs)
-    record = InstallRecord(needs, sources, skipped, list(selection.verdicts))
-    for verdict in selection.verdicts:
-        log(("chose " if verdict.accepted else "rejected ") + f"{verdict.variant} from {verdict.source}: {verdict.reason}")
-    for candidate in selection.ranked:
-        try:
-            installed = _try(candidate, request, needs, python, record, log)
-        except wheel_index.IndexError_ as error:
-            record.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, False,
-                                           f"refused and skipped: {error}"))
-            log(f"refused {candidate.record.variant}: {error}")
-            continue
-        if installed:
-            record.duration_s = round(time.monotonic() - started, 2)
-            _write_record(record, cache_dir)
-            return record
+    found = search(request.facts, params, sources_of(params, request.sources), needs, log, request.check)
+    record = InstallRecord(needs, found.sources, found.skipped_sources, found.verdicts)
+    if found.found is not None:
+        _install_found(found.found, python, record, cache_dir, log)
+        record.duration_s = round(time.monotonic() - started, 2)
+        _write_record(record, cache_dir)
+        return record
     if not request.build:
         record.duration_s = round(time.monotonic() - started, 2)
         _write_record(record, cache_dir)
@@ -212,34 +298,14 @@ def install(request: InstallRequest, log: Log = print) -> InstallRecord:
     return record
 
 
-def _try(candidate: Candidate, request: InstallRequest, needs: MachineNeeds, python: str, record: InstallRecord,
-         log: Log) -> bool:
-    cache_dir: Path = request.params.cache_dir  # type: ignore[attr-defined]
-    store = wheel_index.open_store(candidate.source)
-    downloads = cache_dir / "downloads" / "wheels" / candidate.record.sha256[:16]
-    wheel = wheel_index.fetch_wheel(store, candidate.record, downloads)
-    log(f"downloaded {wheel.name} ({candidate.record.variant}), sha256 matches its index entry")
-    vocabulary_dir = cache_dir / "downloads" / "vocab"
-    vocabulary = wheel_index.fetch_vocabulary(store, vocabulary_dir)
-    check = None
-    if request.check:
-        # verify's children run with the playbook's interpreter, which has the wheel's dependencies; the target
-        # environment may not have them until pip installs the wheel.
-        check = check_wheel(wheel, candidate.record, request.facts, request.params, cache_dir,
-                            vocabulary_dir if vocabulary else None, sys.executable, log)
-        log(f"check {'passed' if check.ok else 'failed'} in {check.duration_s:.1f} s: {check.summary}")
-        if not check.ok:
-            record.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, False,
-                                           f"failed its check here: {check.summary} (see {check.folder})"))
-            return False
-    pip_install(wheel, python, log)
+def _install_found(found: Found, python: str, record: InstallRecord, cache_dir: Path, log: Log) -> None:
+    pip_install(found.wheel, python, log)
     local = wheel_index.FolderStore(local_index(cache_dir))
-    if candidate.source != local.location:
-        wheel_index.publish(local, candidate.record, wheel, vocabulary)
-    record.chosen, record.chosen_from, record.check = candidate.record, candidate.source, check
-    record.index_url = store.url(wheel_index.variant_index(candidate.record))
+    if found.candidate.source != local.location:
+        wheel_index.publish(local, found.candidate.record, found.wheel, found.vocabulary)
+    record.chosen, record.chosen_from, record.check = found.candidate.record, found.candidate.source, found.check
+    record.index_url = found.index_url
     record.installed_into = str(Path(python).parent.parent)
-    return True
 
 
 def _build_instead(request: InstallRequest, record: InstallRecord, python: str, log: Log) -> None:
@@ -248,7 +314,10 @@ def _build_instead(request: InstallRequest, record: InstallRecord, python: str, 
     from playbook.runfolder.folder import Outcome
     from playbook.wheelindex.metadata import record_from_run, vocabulary_of_run
 
-    run = run_chain(request.params, "playbook install (nothing published fits)",  # type: ignore[arg-type]
+    # The chain's build looks in no index: this search found nothing to take.
+    params = dataclasses.replace(request.params, wheel_index=dataclasses.replace(  # type: ignore[type-var]
+        request.params.wheel_index, sources=[], local=False))  # type: ignore[attr-defined]
+    run = run_chain(params, "playbook install (nothing published fits)",  # type: ignore[arg-type]
                     request.output_root or default_output_root())
     record.built_run = str(run.path)
     if run.record().outcome is not Outcome.OK:
