@@ -61,6 +61,9 @@ INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "python benchmarks/blas_vendors.py --output benchmarks/results/blas-vendors-cpu-vm.txt",
         ("benchmarks/blas_vendors.py", "playbook/backends/mkl.py", "playbook/knowledge/mkl.yaml", "playbook/verify/",
          "playbook/child_scripts/", "params/mkl.yaml", "params/openblas.yaml", "params/cpu-portable.yaml")),
+    "ci-time-cpu-vm.txt": (
+        "pytest --durations over the fast tier's parts, timed with /usr/bin/time, and the estimate (see the file)",
+        (".ci/run", "tests/conftest.py")),
     "cxx-runtime-check-gpu-machine.txt": (
         "scripts/gpu-cxx-runtime-check.sh on a GPU machine", ("scripts/gpu-cxx-runtime-check.sh",)),
 }

@@ -64,6 +64,7 @@ CPU_VM = "build-speed-remote-cache-cpu-vm.txt"
 PYPI = "pypi-toolkit-cpu-vm.txt"
 DIAGNOSE = "diagnose-speed-cpu-vm.txt"
 SLOW_TIER = "slow-tier-builds-cpu-vm.txt"
+CI_TIME = "ci-time-cpu-vm.txt"
 SIMILARITY = "similarity-loto-cpu-vm.txt"
 
 GPU_1B = "20261122T010438Z-vm"  # H200, 1B-shaped Q8_0, 6 sweep points
@@ -900,6 +901,7 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{DIAGNOSE}", results_table(DIAGNOSE, "diagnose on a ")),
     Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}, as printed", lambda: printed(SIMILARITY).rstrip("\n")),
     Excerpt(TESTING, f"benchmarks/results/{SLOW_TIER}, as written", lambda: printed(SLOW_TIER).rstrip("\n")),
+    Excerpt(TESTING, f"benchmarks/results/{CI_TIME}, as written", lambda: printed(CI_TIME).rstrip("\n")),
     Excerpt(KB, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{GATE}", lambda: _yardstick().table(REF / GATE)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{LAST_GATE}",
