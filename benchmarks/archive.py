@@ -65,6 +65,9 @@ INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
         "nice python benchmarks/wheel_index.py --output benchmarks/results/wheel-index-cpu-vm.txt",
         ("benchmarks/wheel_index.py", "playbook/wheelindex/", "playbook/steps/", "playbook/backends/",
          "playbook/verify/", "playbook/child_scripts/", "playbook/process.py", "params/cpu.yaml")),
+    "ci-time-cpu-vm.txt": (
+        "pytest --durations over the fast tier's parts, timed with /usr/bin/time, and the estimate (see the file)",
+        (".ci/run", "tests/conftest.py")),
     "cxx-runtime-check-gpu-machine.txt": (
         "scripts/gpu-cxx-runtime-check.sh on a GPU machine", ("scripts/gpu-cxx-runtime-check.sh",)),
 }

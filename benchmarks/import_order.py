@@ -31,7 +31,7 @@ def main(site_dir: str, model: str, ngl: int) -> None:
             env["OPENBLAS_NUM_THREADS"] = "1"
         code = imports + LOAD.format(model=model, ngl=ngl)
         proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=env, capture_output=True,
-                              text=True, timeout=300, cwd="/")
+                              text=True, timeout=300, cwd="/", check=False)
         ended = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
         print(f"== {name}: {ended}")
         tail = (proc.stdout + proc.stderr).strip().splitlines()

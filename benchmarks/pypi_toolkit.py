@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playbook.toolkits import pypi  # noqa: E402
+from playbook.toolkits import pypi
 
 
 def main() -> None:

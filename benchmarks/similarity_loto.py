@@ -30,11 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from playbook.knowledge import index_writer  # noqa: E402
-from playbook.knowledge import similarity as sim  # noqa: E402
-from playbook.knowledge.corpus import project_key, thread_key  # noqa: E402
-from playbook.knowledge.evaluation import read_corpus  # noqa: E402
-from playbook.knowledge.failures import (  # noqa: E402
+from playbook.knowledge import index_writer
+from playbook.knowledge import similarity as sim
+from playbook.knowledge.corpus import project_key, thread_key
+from playbook.knowledge.evaluation import read_corpus
+from playbook.knowledge.failures import (
     UNRECOGNISED,
     KnowledgeBase,
     diagnose_log,
@@ -42,7 +42,7 @@ from playbook.knowledge.failures import (  # noqa: E402
     load_knowledge_base,
     seems_failed,
 )
-from playbook.knowledge.logtext import LogText  # noqa: E402
+from playbook.knowledge.logtext import LogText
 
 
 def clean_logs() -> list[tuple[str, LogText]]:

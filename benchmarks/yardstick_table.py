@@ -21,8 +21,8 @@ from pathlib import Path
 
 def table(run: Path, attempt: int = 1) -> str:
     rows = list(csv.DictReader((run / f"throughput-attempt-{attempt}.csv").open()))
-    lines = ["| layers offloaded | pairs | pp ratio (median) | pp pairs | tg ratio (median) | tg pairs | "
-             "tg spread between processes |", "|---:|---:|---:|---|---:|---|---|"]
+    lines = [("| layers offloaded | pairs | pp ratio (median) | pp pairs | tg ratio (median) | tg pairs | "
+              "tg spread between processes |"), "|---:|---:|---:|---|---:|---|---|"]
     for row in rows:
         lines.append(f"| {row['n_gpu_layers']} | {row['pairs']} | {float(row['pp_ratio']):.3f} | {row['pp_ratio_range']} "
                      f"| {float(row['tg_ratio']):.3f} | {row['tg_ratio_range']} | {row['tg_spread_between_processes']} |")
@@ -48,7 +48,7 @@ def _binding_repetitions(run: Path, attempt: int) -> list[dict[tuple[int, str], 
         names = sorted(n for n in packed.getnames() if re.search(rf"attempt-{attempt}/yardstick-pair-\d+\.log$", n))
         for name in names:
             text = packed.extractfile(name).read().decode(errors="replace")
-            result = json.loads(re.search(r"^PLAYBOOK_RESULT (.*)$", text, re.M).group(1))
+            result = json.loads(re.search(r"^PLAYBOOK_RESULT (.*)$", text, re.MULTILINE).group(1))
             pairs.append({(point["n_gpu_layers"], test): [measured["n_tokens"] / s for s in measured["samples_s"]]
                           for point in result["points"] for test, measured in point["depths"]["0"].items()})
     return pairs
@@ -57,7 +57,7 @@ def _binding_repetitions(run: Path, attempt: int) -> list[dict[tuple[int, str], 
 def _bench_repetitions(run: Path, attempt: int, pairs: int) -> list[dict[tuple[int, str], list[float]]]:
     """Per pair: llama-bench's samples_ts, by (n_gpu_layers, test); its log holds the pairs one after another."""
     text = (run / f"llama-bench-attempt-{attempt}.log").read_text(errors="replace")
-    rows = [json.loads(m.group(0)) for m in re.finditer(r'\{[^{}]*"samples_ts"[^{}]*\}', text, re.S)]
+    rows = [json.loads(m.group(0)) for m in re.finditer(r'\{[^{}]*"samples_ts"[^{}]*\}', text, re.DOTALL)]
     per_pair = len(rows) // pairs
     return [{(row["n_gpu_layers"], "pp" if row["n_prompt"] else "tg"): row["samples_ts"]
              for row in rows[k * per_pair:(k + 1) * per_pair]} for k in range(pairs)]
@@ -68,8 +68,8 @@ def repetition_table(run: Path, attempt: int = 1) -> str:
     warm-up (each side's first against its second), or in every one?"""
     binding = _binding_repetitions(run, attempt)
     bench = _bench_repetitions(run, attempt, len(binding))
-    lines = ["| layers offloaded | test | ratio, 1st repetition | ratio, 2nd repetition | "
-             "1st / 2nd, binding | 1st / 2nd, llama-bench |", "|---:|---|---:|---:|---:|---:|"]
+    lines = [("| layers offloaded | test | ratio, 1st repetition | ratio, 2nd repetition | "
+              "1st / 2nd, binding | 1st / 2nd, llama-bench |"), "|---:|---|---:|---:|---:|---:|"]
     for key in sorted(binding[0], key=lambda k: (k[1], k[0])):
         def median(values: list[float]) -> str:
             return f"{statistics.median(values):.3f}"

@@ -7,11 +7,16 @@ entry. The lock is released when the process dies, so a kill never leaves it stu
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from playbook.errors import PlaybookError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # Python 3.10 has no typing.Self; annotations only
 
 
 class LockTimeout(PlaybookError):
@@ -27,7 +32,7 @@ class RunLock:
         self.poll_s = poll_s
         self._handle: int | None = None
 
-    def __enter__(self) -> RunLock:
+    def __enter__(self) -> Self:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.timeout_s
@@ -48,7 +53,7 @@ class RunLock:
             self._handle = None
 
 
-if os.name == "nt":
+if sys.platform == "win32":  # os.name "nt": spelled so that type checkers follow it
     import msvcrt
 
     def _try_lock(handle: int) -> bool:

@@ -446,7 +446,7 @@ def _accepts(hint: Any, minimum: int | None = None) -> str:
 
 
 def _coerce(hint: Any, value: Any, key: str) -> Any:
-    if dataclasses.is_dataclass(hint):
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return _build(hint, value or {}, prefix=f"{key}.")
     origin = typing.get_origin(hint)
     if origin is Literal:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LineCallback = Callable[[str], None]
+LineCallback = Callable[[str], object]  # its return value is ignored (a file's write returns a count)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -83,7 +83,7 @@ def run_streaming(
     proc = subprocess.Popen(
         list(command), env=dict(env) if env is not None else None, cwd=cwd, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1, start_new_session=True,
-        preexec_fn=dies_with_this_thread(),
+        preexec_fn=dies_with_this_thread(),  # noqa: PLW1509 only a prctl through a library loaded before the fork
     )
     lines: queue.Queue[str | None] = queue.Queue()
 

@@ -25,7 +25,7 @@ from playbook.files import atomic_write_text
 T = TypeVar("T")
 
 def to_json_text(obj: Any) -> str:
-    data = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    data = dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else obj
     return json.dumps(data, indent=2, sort_keys=False, default=_default) + "\n"
 
 
@@ -79,7 +79,7 @@ def _value(hint: Any, value: Any) -> Any:
         for option in args:
             if option is type(None):
                 continue
-            if dataclasses.is_dataclass(option) and isinstance(value, dict):
+            if dataclasses.is_dataclass(option) and isinstance(option, type) and isinstance(value, dict):
                 return from_dict(option, value)
             if isinstance(option, type) and issubclass(option, Enum):
                 return option(value)

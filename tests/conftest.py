@@ -173,31 +173,49 @@ def cpu_wheel(pinned_source, tmp_path_factory) -> Path:
 def built_rpc_server(pinned_source) -> Path:
     """A real rpc-server (llama.cpp's ggml-rpc-server, CPU) built from the pinned sdist's tree with the server
     arguments of params/rpc.yaml's plan, through the playbook's own ``build_rpc_server``, in the session's shared
-    cache (:func:`pinned_source`: its ccache holds the other builds' ggml objects). A second session with the same
-    $PLAYBOOK_TEST_CACHE finds the build folder done and only re-checks it. Compiles ggml (minutes when cold)."""
-    import hashlib
+    cache (:func:`pinned_source`: its ccache holds the other builds' ggml objects). Its build folder is the one
+    verify builds rpc-server in for the RPC chain's wheel (tests/test_rpc_end_to_end.py: the same plan), so
+    whichever of the two runs second finds the build done and only re-checks it (CMake's configure and a ninja
+    with nothing to do), as does a second session with the same $PLAYBOOK_TEST_CACHE. Compiles ggml (minutes
+    when cold)."""
     import os
 
-    from playbook.params import load_params
-    from playbook.resources import params_dir
     from playbook.steps.caches import stable_tree
-    from playbook.steps.configure import configure
     from playbook.verify.rpc_server import build_rpc_server
 
     source, cache = pinned_source
-    params = load_params(params_dir() / "rpc.yaml", ["build.native=false", f"build.cache_dir={cache}"])
-    plan = configure(detect(), params)
-    assert plan.rpc is not None, "params/rpc.yaml plans no rpc-server"
-    key = hashlib.sha256(json.dumps([source.sha256, plan.rpc.server_cmake_args]).encode()).hexdigest()[:16]
-    build_dir = cache / "rpc-server-build" / f"test-{key}-{plan.rpc.server_backend}"
+    params, plan, build_dir = rpc_chain_server(source, cache)
     build_dir.mkdir(parents=True, exist_ok=True)
-    log = build_dir.parent / f"test-{key}.log"
+    log = build_dir.parent / f"test-{build_dir.name}.log"
     build = build_rpc_server(stable_tree(source, cache), plan.rpc, dict(os.environ), build_dir, log, cache,
                              params.build.timeout_s)
     if not build.ok:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         pytest.fail(f"building rpc-server failed: {build.error}\n{tail}")
     return Path(build.binary)
+
+
+def rpc_chain_server(source: SourceInfo, cache: Path):
+    """params/rpc.yaml as the RPC chain test plans it here (portable, in ``cache``), its plan, and the folder
+    verify builds that chain's rpc-server in: the wheel's fingerprint as the build step computes it."""
+    from playbook.params import load_params
+    from playbook.resources import params_dir
+    from playbook.steps.build import toolchain
+    from playbook.steps.caches import fingerprint
+    from playbook.steps.configure import configure
+
+    params = load_params(params_dir() / "rpc.yaml", ["build.native=false", f"build.cache_dir={cache}"])
+    facts = detect()
+    plan = configure(facts, params)
+    assert plan.rpc is not None, "params/rpc.yaml plans no rpc-server"
+    wheel_key = fingerprint(source, plan.cmake_args, plan.env, toolchain(facts, plan))
+    return params, plan, rpc_server_build_dir(cache, wheel_key, plan.rpc.server_backend)
+
+
+def rpc_server_build_dir(cache: Path, wheel_fingerprint: str, server_backend: str) -> Path:
+    """Where verify builds rpc-server for the wheel of ``wheel_fingerprint`` (``rpc_server_builder`` in
+    playbook/verify/step.py; tests/verify/test_rpc_server.py checks that the two agree)."""
+    return cache / "rpc-server-build" / f"{wheel_fingerprint[:16]}-{server_backend}"
 
 
 # Fixtures that compile llama.cpp (minutes on this VM). A test that requests one, itself or through another

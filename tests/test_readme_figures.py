@@ -65,6 +65,7 @@ CPU_VM = "build-speed-remote-cache-cpu-vm.txt"
 PYPI = "pypi-toolkit-cpu-vm.txt"
 DIAGNOSE = "diagnose-speed-cpu-vm.txt"
 SLOW_TIER = "slow-tier-builds-cpu-vm.txt"
+CI_TIME = "ci-time-cpu-vm.txt"
 SIMILARITY = "similarity-loto-cpu-vm.txt"
 WHEEL_INDEX = "wheel-index-cpu-vm.txt"
 
@@ -975,6 +976,7 @@ EXCERPTS = [
     Excerpt(BENCH, f"benchmarks/results/{SIMILARITY}, as printed", lambda: printed(SIMILARITY).rstrip("\n")),
     Excerpt(TESTING, f"benchmarks/results/{SLOW_TIER}, as written", lambda: printed(SLOW_TIER).rstrip("\n")),
     Excerpt(WHEEL_INDEX_PAGE, f"benchmarks/results/{WHEEL_INDEX}, as written", lambda: printed(WHEEL_INDEX).rstrip("\n")),
+    Excerpt(TESTING, f"benchmarks/results/{CI_TIME}, as written", lambda: printed(CI_TIME).rstrip("\n")),
     Excerpt(KB, "the corpus tables of python -m playbook.knowledge.evaluation", lambda: corpus_tables()),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{GATE}", lambda: _yardstick().table(REF / GATE)),
     Excerpt(MEASURE, f"benchmarks/yardstick_table.py outputs/reference/{LAST_GATE}",

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import rpc_chain_server
 
 from playbook.chain import run_chain
 from playbook.interfaces.report import write_report
@@ -48,6 +49,8 @@ def test_a_cpu_rpc_wheel_offloads_to_a_real_rpc_server_on_localhost(tmp_path, pi
     assert server.address.startswith("127.0.0.1:") and server.exit_status == "stopped by verify"
     assert server.build.ok and len(server.build.sha256) == 64 and "-DGGML_RPC=ON" in server.build.cmake_args
     assert server.build.backend == "cpu" and server.devices and server.devices[0].startswith("CPU")
+    # built where conftest's built_rpc_server builds it, so that fixture finds this build done (or this one that's)
+    assert Path(server.build.binary).is_relative_to(rpc_chain_server(pinned_source[0], cache)[2])
     assert rpc.layer_counts == [0, 2, 5]  # tiny: 4 layers, and the output layer with all of them
     points = {p.n_gpu_layers: p for p in rpc.points}
     assert all(p.status == "ok" and p.tg_tokens_per_s > 0 and p.pp_tokens_per_s > 0 for p in rpc.points)

@@ -132,6 +132,19 @@ def choose_toolkit(facts: Facts, wanted: str, architectures: list[str] | None = 
     return max(usable, key=lambda t: version_tuple(t.version), default=None)
 
 
+def passed_over(planner: PlanDraft, toolkit: CudaToolkit) -> list[str]:
+    """The toolkits found here that choose_toolkit passed over for a missing component, in words ("CUDA 13.0.88
+    at /usr/local/cuda, which has no cuBLAS"), so that a plan built with another toolkit says why."""
+    if planner.toolkit_request is not None or planner.settings.toolkit != "auto":
+        return []  # asked for by name or from PyPI: nothing was passed over
+    if not (toolkit.has_cublas and toolkit.has_cccl):
+        return []  # the choice fell back to toolkits without them: the component warnings say so
+    missing = {t.root: [name for name, ok in (("cuBLAS", t.has_cublas), ("CCCL headers", t.has_cccl)) if not ok]
+               for t in planner.facts.cuda_toolkits if t.root != toolkit.root}
+    return [f"CUDA {t.version} at {t.root}, which has no {' and no '.join(missing[t.root])}"
+            for t in planner.facts.cuda_toolkits if missing.get(t.root)]
+
+
 def driver_cuda_version(facts: Facts) -> str:
     """The newest CUDA the driver runs: as the driver reports it, else from its branch."""
     if not facts.driver.found:
@@ -147,7 +160,8 @@ def configure(planner: PlanDraft) -> None:
     if toolkit is None:
         return
     planner.env["CUDACXX"] = cudacxx_path(planner, toolkit.nvcc)
-    planner.decide("CUDACXX", planner.env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})")
+    planner.decide("CUDACXX", planner.env["CUDACXX"], f"nvcc of the chosen toolkit (found by {toolkit.found_by})"
+                   + "".join(f"; passed over: {'; '.join(passed)}" for passed in [passed_over(planner, toolkit)] if passed))
     check_driver(planner, toolkit)
     check_components(planner, toolkit)
     if planner.platform in ("linux", "wsl"):
@@ -156,7 +170,7 @@ def configure(planner: PlanDraft) -> None:
     if from_pypi and planner.platform != "windows":
         use_toolkit_libraries(planner.runtime_env, toolkit.root)
         planner.decide("LD_LIBRARY_PATH", planner.runtime_env["LD_LIBRARY_PATH"],
-                       "the wheel loads libcudart and libcublas from the assembled toolkit (no system CUDA); "
+                       "the wheel loads libcudart and libcublas from the assembled toolkit, not from a system CUDA; "
                        "elsewhere install the same nvidia-* wheels or a CUDA of the same major version")
     if planner.platform == "windows":
         check_msvc(planner, toolkit)

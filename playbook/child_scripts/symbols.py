@@ -27,7 +27,7 @@ def find(name):
             if cut == 1:
                 return f"{type(err).__name__}: {err}"
             continue
-        except Exception as err:  # the module exists but fails to import, e.g. its shared library is missing
+        except Exception as err:  # noqa: BLE001 the module exists but fails to import, e.g. its shared library is missing
             return f"{'.'.join(parts[:cut])} does not import: {type(err).__name__}: {err}"
         for attribute in parts[cut:]:
             if not hasattr(value, attribute):

@@ -520,7 +520,9 @@ def trim_source(sdist: Path, dest_parent: Path, remove: Sequence[str] = SOURCE_R
                 if top != root_name:
                     raise BundleError(f"{sdist} has {member.name} outside its root folder {root_name}")
                 if rel == SUBMODULE_HEAD and member.isfile():
-                    commit = archive.extractfile(member).read().decode().strip()
+                    head_file = archive.extractfile(member)
+                    assert head_file is not None, "a regular file's member has its contents"
+                    commit = head_file.read().decode().strip()
                 pattern = removal_pattern(rel, remove, keep) if rel else ""
                 if pattern:
                     if not member.isdir():
@@ -531,8 +533,10 @@ def trim_source(sdist: Path, dest_parent: Path, remove: Sequence[str] = SOURCE_R
                 chosen.append(member)
                 kept_bytes += member.size
             Path(dest_parent).mkdir(parents=True, exist_ok=True)
-            extra = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            archive.extractall(dest_parent, members=chosen, **extra)
+            if hasattr(tarfile, "data_filter"):
+                archive.extractall(dest_parent, members=chosen, filter="data")
+            else:  # a Python without extraction filters (before 3.10.12)
+                archive.extractall(dest_parent, members=chosen)
     return TrimResult(
         root=root,
         kept_bytes=kept_bytes,

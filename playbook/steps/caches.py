@@ -280,7 +280,8 @@ def launcher_args(ccache: str) -> list[str]:
 def read_ccache_stats(ccache: str, env: dict[str, str]) -> CcacheStats:
     """The cache's counters since it was created; a build's own are the difference over the build
     (never zeroed, so that a build running beside it keeps its counts)."""
-    out = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True, timeout=60).stdout
+    out = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True, timeout=60,
+                         check=False).stdout
     return parse_ccache_stats(out)
 
 

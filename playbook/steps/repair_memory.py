@@ -76,7 +76,7 @@ def _identity_of(facts: Facts, name: str) -> object:
     if name in ("libcuda_paths", "stub_on_ld_library_path", "wsl_driver_libs"):
         return bool(getattr(facts, name))
     value = getattr(facts, name)
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
 
 
 def describe_machine(facts: Facts) -> str:

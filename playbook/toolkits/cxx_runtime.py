@@ -138,7 +138,9 @@ def compilers_with_shared_runtime(candidates: list[str], avoid: str = "") -> Com
     avoided = Path(avoid).resolve() if avoid else None
     for candidate in candidates:
         path = shutil.which(candidate)
-        c = c_compiler_beside(Path(path)) if path else None
+        if path is None:
+            continue
+        c = c_compiler_beside(Path(path))
         if c is None or (avoided and Path(path).resolve() == avoided):
             continue
         if c.is_file() and links_runtime_shared(path):

@@ -29,7 +29,7 @@ def compare_logits(cpu_file: Path, gpu_file: Path, n_vocab: int, quant: str) -> 
 
     cpu = np.fromfile(cpu_file, dtype=np.float32).reshape(-1, n_vocab).astype(np.float64)
     gpu = np.fromfile(gpu_file, dtype=np.float32).reshape(-1, n_vocab).astype(np.float64)
-    rel = float(np.linalg.norm(gpu - cpu) / max(np.linalg.norm(cpu), 1e-30))
+    rel = float(np.linalg.norm(gpu - cpu) / max(float(np.linalg.norm(cpu)), 1e-30))
     top1 = float(np.mean(cpu.argmax(axis=1) == gpu.argmax(axis=1)))
     cpu_top5 = np.argsort(cpu, axis=1)[:, -5:]
     in_top5 = float(np.mean([g in row for g, row in zip(gpu.argmax(axis=1), cpu_top5)]))

@@ -116,7 +116,7 @@ def run_child(
             stderr=log,
             text=True,
             start_new_session=True,
-            preexec_fn=dies_with_this_thread(),
+            preexec_fn=dies_with_this_thread(),  # noqa: PLW1509 only a prctl through a library loaded before the fork
         )
         try:
             stdout, _ = proc.communicate(timeout=timeout_s)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from playbook.backends.rpc import RpcPlan
 from playbook.files import sha256_of
@@ -146,7 +146,7 @@ class RpcServer:
         self.process: subprocess.Popen[str] | None = None
         self.expired = threading.Event()
         self._timer: threading.Timer | None = None
-        self._log = None
+        self._log: TextIO | None = None
 
     @property
     def address(self) -> str:
@@ -155,10 +155,10 @@ class RpcServer:
     def __enter__(self) -> Self:
         self.port = free_port()
         command = server_command(self.binary, self.port, self.threads)
-        self._log = self.log_file.open("w")
-        self._log.write(f"playbook: {' '.join(command)}\n")
-        self._log.flush()
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, text=True,
+        self._log = log = self.log_file.open("w")
+        log.write(f"playbook: {' '.join(command)}\n")
+        log.flush()
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True,
                                         start_new_session=True, env={**os.environ, **(self.env or {})})
         self._timer = threading.Timer(self.lifetime_s, self._expire)
         self._timer.daemon = True

@@ -357,12 +357,12 @@ def search(defaults: BenchSettings, n_gpu_layers: int, measure: Measure, *, gpu:
         candidates = [(label if labels.count(label) == 1 else
                        f"{label} (on the {next(w for w, o in offered.items() if (label, c) in o)} best)", c)
                       for label, c in candidates]
-        for label, candidate in candidates:
+        for index, (label, candidate) in enumerate(candidates):
             if candidate not in measured:
                 if not budget.allows(deadline, slowest_trial_s):
                     outcome.stopped = (f"verify.tune_budget_s ({budget.seconds:.0f} s) stopped the search after "
-                                       f"{len(outcome.trials)} trials ({budget.elapsed():.0f} s); not tried: "
-                                       + ", ".join(dimensions[number:]))
+                                       f"{len(outcome.trials)} trials ({budget.elapsed():.0f} s)"
+                                       + stopped_where(dimensions, number, index, len(candidates)))
                     return outcome
                 trial_started = budget.clock()
                 trial = measure(candidate, n_gpu_layers, label)
@@ -378,6 +378,16 @@ def search(defaults: BenchSettings, n_gpu_layers: int, measure: Measure, *, gpu:
                         and gain > best_scores[workload] * (1 + MIN_GAIN) and floor >= 1.0):
                     outcome.best[workload], best_scores[workload] = candidate, gain
     return outcome
+
+
+def stopped_where(dimensions: tuple[str, ...], number: int, index: int, count: int) -> str:
+    """Where a stopped search was: the dimension it stopped in when ``index`` of its ``count`` candidates had been
+    measured (that dimension was tried in part, so it is not among those not tried), and the dimensions after."""
+    dimension, later = dimensions[number], list(dimensions[number + 1:])
+    if index == 0:
+        return "; not tried: " + ", ".join([dimension, *later])
+    return (f", during {dimension} ({index} of its {count} candidates measured)"
+            + ("; not tried: " + ", ".join(later) if later else ""))
 
 
 def measure_defaults(defaults: BenchSettings, n_gpu_layers: int, measure: Measure,

@@ -47,6 +47,23 @@ def test_toolkit_without_cublas_and_cccl_is_warned(this_machine):
     assert {"cccl-headers-missing", "cublas-missing"} <= set(configure(facts, load_params()).warning_codes())
 
 
+def test_a_toolkit_passed_over_for_a_missing_component_is_named_in_the_plan(this_machine):
+    """A machine with a system CUDA without cuBLAS and another toolkit that has everything (issue 34: the plan said
+    "no system CUDA" beside an installed /usr/local/cuda): the plan says which one it passed over and why."""
+    facts = make_facts(this_machine, gpus=[H100], driver=DRIVER_580,
+                       toolkits=[toolkit("13.0.88", cublas=False), toolkit("12.8.93", root="/opt/cuda-12.8")])
+    plan = configure(facts, load_params())
+    reason = next(d for d in plan.decisions if d.what == "CUDACXX").reason
+    assert plan.cuda_toolkit == "/opt/cuda-12.8"
+    assert "passed over: CUDA 13.0.88 at /usr/local/cuda, which has no cuBLAS" in reason
+    # the toolkit asked for by name passes nothing over; neither does one that is the only toolkit
+    named = configure(facts, load_params(None, ["cuda.toolkit=/opt/cuda-12.8"]))
+    assert "passed over" not in next(d for d in named.decisions if d.what == "CUDACXX").reason
+    alone = configure(make_facts(this_machine, gpus=[H100], driver=DRIVER_580, toolkits=[toolkit("12.8.93")]),
+                      load_params())
+    assert "passed over" not in next(d for d in alone.decisions if d.what == "CUDACXX").reason
+
+
 def test_architecture_dropped_by_toolkit_is_warned(this_machine):
     facts = make_facts(this_machine, gpus=[H100], toolkits=[toolkit("13.0.88")], driver=DRIVER_580)
     plan = configure(facts, load_params(None, ["cuda.architectures=61"]))

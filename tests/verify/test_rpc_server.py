@@ -133,3 +133,31 @@ def test_a_server_that_never_listens_is_an_error_and_leaves_nothing_behind(tmp_p
     with pytest.raises(RpcServerError, match="on 127.0.0.1:[0-9]+ exited with 1 before it listened"), server:
         pass
     assert not server.running() and "Failed to create server socket" in (tmp_path / "rpc-server.log").read_text()
+
+
+def test_verify_builds_rpc_server_where_the_fixture_looks_for_it(tmp_path, monkeypatch):
+    """conftest's built_rpc_server shares the RPC chain's rpc-server build through rpc_server_build_dir: it must
+    name the folder verify's rpc_server_builder builds in, or the slow tier builds rpc-server twice."""
+    from types import SimpleNamespace
+
+    from conftest import rpc_server_build_dir
+
+    from playbook.steps import caches
+    from playbook.verify import rpc_server
+    from playbook.verify.step import rpc_server_builder
+
+    called = {}
+
+    def build(tree, plan, env, build_dir, log_file, cache_dir, *rest):
+        called.update(tree=tree, build_dir=build_dir, cache_dir=cache_dir)
+        return "built"
+
+    monkeypatch.setattr(rpc_server, "build_rpc_server", build)
+    monkeypatch.setattr(caches, "stable_tree", lambda source, cache: tmp_path / "tree")
+    params = SimpleNamespace(cache_dir=tmp_path / "cache", build=SimpleNamespace(timeout_s=60))
+    run = SimpleNamespace(params=lambda: params)
+    wheel = SimpleNamespace(source="the sdist", fingerprint="0123456789abcdef" * 4)
+    plan = SimpleNamespace(rpc=SimpleNamespace(server_backend="cpu"))
+    assert rpc_server_builder(run, wheel, plan)(tmp_path / "server.log") == "built"
+    assert called["build_dir"] == rpc_server_build_dir(tmp_path / "cache", wheel.fingerprint, "cpu")
+    assert called["cache_dir"] == tmp_path / "cache" and called["tree"] == tmp_path / "tree"

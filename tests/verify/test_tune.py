@@ -143,8 +143,14 @@ def test_the_time_budget_stops_the_search_in_time_to_measure_what_it_found():
     assert budget.trials_after_search == 7
     assert len(found.trials) == 5 and clock.now == 50.0
     assert "verify.tune_budget_s (120 s) stopped the search after 5 trials" in found.stopped
-    assert "not tried:" in found.stopped
+    # the dimension it stopped in had one of its candidates measured: named as begun, not among those not tried
+    assert found.stopped.endswith(", during kv_cache (1 of its 2 candidates measured); not tried: batch, threads, "
+                                  "cuda_graphs, offload_kqv"), found.stopped
     assert found.best["tg"].flash_attn == "on"  # the first dimension was tried
+    at_a_boundary = Budget(90, FakeClock(10.0))  # stops after flash_attn, before any poll candidate
+    stopped = search(llama_class_defaults(8), 33, at_a_boundary.clock.measure, gpu=True, layers_on_cpu=True, cores=8,
+                     budget=at_a_boundary, deadline=at_a_boundary.target_deadline([10.0])).stopped
+    assert stopped.endswith("(20 s); not tried: poll, kv_cache, batch, threads, cuda_graphs, offload_kqv"), stopped
     unbounded = search(llama_class_defaults(8), 33, FakeClock(10.0).measure, gpu=True, layers_on_cpu=True, cores=8)
     assert not unbounded.stopped and len(unbounded.trials) > len(found.trials)
 

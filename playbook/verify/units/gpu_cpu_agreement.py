@@ -42,7 +42,9 @@ class GpuCpuAgreement:
             if any(o.status != "ok" for o in outcomes.values()):
                 ctx.log("logits comparison skipped: a child failed (see findings)")
                 return Measured(None, findings, list(logs.values()))
-            n_vocab = int(outcomes["gpu"].result["n_vocab"])
+            gpu_result = outcomes["gpu"].result
+            assert gpu_result is not None, "a child whose status is ok wrote its result line"
+            n_vocab = int(gpu_result["n_vocab"])
             agreement = compare_logits(Path(tmp) / "cpu.f32", Path(tmp) / "gpu.f32", n_vocab, ctx.params.model.quant)
         ctx.log(f"GPU vs CPU over {agreement.positions} positions: relative error {agreement.relative_error:.2e} "
                 f"(max {agreement.max_relative_error}), top-1 agreement {agreement.top1_agreement:.1%} "

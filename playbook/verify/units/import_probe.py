@@ -58,17 +58,19 @@ class ImportProbeUnit:
                         else unrecognised(outcome.error_tail, "import"))
             return Measured(probe, outcome.findings or [fallback], [probe_log],
                             stop=f"the wheel does not import: {outcome.status}")
+        result = outcome.result
+        assert result is not None, "a child whose status is ok wrote its result line"
         findings: list[Finding] = []
         symbols_log = ctx.files("symbols").log()
-        probe.library_file = outcome.result.get("library")
+        probe.library_file = result.get("library")
         ctx.log(f"llama.cpp library loaded: {probe.library_file}")
-        if runtimes := outcome.result.get("runtime_libraries"):
+        if runtimes := result.get("runtime_libraries"):
             ctx.log(f"C++ and OpenMP runtimes loaded with it: {', '.join(runtimes)}")
         symbols = [*ctx.params.verify.required_symbols, *([MTMD_SYMBOL] if ctx.target.multimodal else [])]
         findings += check_required_symbols(site_dir, list(dict.fromkeys(symbols)), ctx.request.python, symbols_log,
                                            ctx.timeout_s, extra_env=ctx.wheel.child_env)
-        if not Path(outcome.result["module"]).resolve().is_relative_to(site_dir.resolve()):
-            line = (f"playbook: llama_cpp imported from outside the wheel: {outcome.result['module']} "
+        if not Path(result["module"]).resolve().is_relative_to(site_dir.resolve()):
+            line = (f"playbook: llama_cpp imported from outside the wheel: {result['module']} "
                     f"(expected under {site_dir})")
             _append_line(probe_log, line)
             findings.append(finding_for("foreign-llama-cpp", line, stage="import"))

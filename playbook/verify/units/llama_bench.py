@@ -37,7 +37,7 @@ class LlamaBenchYardstick:
         ctx.log("building llama-bench from the same tree and CMake arguments")
         try:
             bench = ctx.request.yardstick(model.path, [], sweep.settings)
-        except Exception as error:  # the yardstick is optional: verify's own results must survive it
+        except Exception as error:  # noqa: BLE001 the yardstick is optional: verify's own results must survive it
             bench = LlamaBench(False, error=f"{type(error).__name__}: {error}")
         files = [ctx.files("llama-bench").beside(".log")]
         if not bench.ok:

@@ -55,7 +55,7 @@ class ModelFileUnit:
             return Measured(ModelFile(cache_dir / "models"), [failure], stop=evidence)
         try:
             model.description = describe_gguf(model.path)
-        except Exception as error:  # gguf's reader names the damage: truncated, not GGUF, bad header
+        except Exception as error:  # noqa: BLE001 gguf's reader names the damage: truncated, not GGUF, bad header
             evidence = f"gguf_init_from_file: failed to read {model.path}: {type(error).__name__}: {error}"
             return Measured(model, [finding_for("model-unreadable", evidence, stage="load")],
                             stop=f"the model {model.path.name} cannot be read ({type(error).__name__}: {error})")

@@ -71,8 +71,9 @@ class RpcOffloadUnit:
             record.exit_status = server.exit_status()
         record.devices = announced_devices(server.log_file.read_text(errors="replace"))
         ctx.log(f"  rpc-server devices: {'; '.join(record.devices) or 'none announced'}; {record.exit_status}")
+        local_sweep = ctx.value(OFFLOAD_SWEEP)
         offload.plot_files = [p.name for p in plot_local_against_rpc(
-            ctx.value(OFFLOAD_SWEEP).points if ctx.value(OFFLOAD_SWEEP) else [], offload,
+            local_sweep.points if local_sweep else [], offload,
             f"{model.path.name} · client {ctx.target.backend}, server {build.backend} on {record.address or '-'}",
             [ctx.files("rpc").beside(s) for s in (".png", ".svg")])]
         files += [ctx.files("rpc").beside(s) for s in (".png", ".svg")]
@@ -105,7 +106,9 @@ class RpcOffloadUnit:
             if any(o.status != "ok" for o in outcomes.values()):
                 ctx.log("RPC logits comparison skipped: a child failed (see findings)")
                 return findings
-            n_vocab = int(outcomes["rpc"].result["n_vocab"])
+            rpc_result = outcomes["rpc"].result
+            assert rpc_result is not None, "a child whose status is ok wrote its result line"
+            n_vocab = int(rpc_result["n_vocab"])
             offload.agreement = compare_logits(Path(tmp) / "cpu.f32", Path(tmp) / "rpc.f32", n_vocab,
                                                ctx.params.model.quant)
         agreement = offload.agreement

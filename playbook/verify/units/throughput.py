@@ -44,7 +44,9 @@ class ThroughputTable:
             if point.ratio_note:
                 ctx.log(f"  n_gpu_layers={point.n_gpu_layers} against llama-bench: {point.ratio_note}")
         csv = write_sweep_csv(sweep.points, ctx.files("throughput").beside(".csv"))
-        title = (f"{model.path.name} · llama-cpp-python {probe.outcome.result['version']} · "
+        probe_result = probe.outcome.result
+        assert probe_result is not None, "the sweep ran: the probe child's status was ok, with its result line"
+        title = (f"{model.path.name} · llama-cpp-python {probe_result['version']} · "
                  f"{sweep.settings.threads} threads")
         plots = plot_throughput(sweep.points, title, [ctx.files("throughput").beside(s) for s in (".png", ".svg")], tg_limit,
                                 gpu_offload=probe.gpu_offload, scale=ctx.params.verify.plot_scale)
