@@ -231,7 +231,18 @@ def unmarked_compiling_tests(items) -> list[str]:
             and item.get_closest_marker("slow") is None]
 
 
+def mark_long_tests_slow(items) -> None:
+    """A test marked long (whole chains of notebooks, servers, a browser, large inputs: compiles nothing, but takes
+    seconds to minutes) is slow too, so that `./test -m "not slow"` stays the minutes-fast tier (issue 34); CI runs
+    it beside the builds (`-m "slow and not long"` picks the builds alone)."""
+    for item in items:
+        if item.get_closest_marker("long") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
 def pytest_collection_modifyitems(config, items) -> None:
+    mark_long_tests_slow(items)
     unmarked = unmarked_compiling_tests(items)
     if unmarked:
         raise pytest.UsageError(

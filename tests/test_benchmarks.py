@@ -2,6 +2,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 WITH_LLAMA_BENCH = ROOT / "outputs" / "reference" / "20261122T012240Z-vm"
 
@@ -62,6 +64,7 @@ def test_the_diagnose_speed_figures_quoted_come_from_the_archived_output():
     assert rows["build"][3] == rows["unique"][3] == "cublas-missing"  # the failure at the end is found
 
 
+@pytest.mark.long
 def test_diagnose_speed_takes_help_and_a_size():
     """Issue 34: `diagnose_speed.py --help` crashed (ValueError: could not convert string to float)."""
     script = str(ROOT / "benchmarks" / "diagnose_speed.py")

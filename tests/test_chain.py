@@ -75,6 +75,7 @@ def test_step_notebooks_are_clean_and_take_the_playbooks_parameters(step):
     assert all(not c.get("outputs") and not c.get("execution_count") for c in notebook.cells if c.cell_type == "code")
 
 
+@pytest.mark.long
 def test_detect_and_configure_hand_facts_over_files(tmp_path):
     run = new_run(tmp_path)
     execute_step(run, DETECT)
@@ -91,6 +92,7 @@ def test_detect_and_configure_hand_facts_over_files(tmp_path):
     assert set(json.loads(run.layout.manifest.read_text())["files"]) >= {"01-detect.ipynb", "detect.json"}
 
 
+@pytest.mark.long
 def test_failed_build_is_recorded_then_repaired_in_a_new_attempt(tmp_path):
     run = new_run(tmp_path, "build.cmake_args=['-DCMAKE_CXX_COMPILER=/nonexistent/bin/g++']")
     for call in (DETECT, CONFIGURE, StepCall(Step.BUILD, 1)):
@@ -105,6 +107,7 @@ def test_failed_build_is_recorded_then_repaired_in_a_new_attempt(tmp_path):
     assert build_record.outcome is Outcome.FAILED  # what the step found, not "the notebook ran"
 
 
+@pytest.mark.long
 def test_a_step_before_its_predecessor_is_refused_and_recorded(tmp_path):
     run = new_run(tmp_path)
     with pytest.raises(StepFailed, match="needs build-attempt-1.json, which build .attempt 1. writes"):
@@ -125,6 +128,7 @@ def test_opened_by_hand_detect_starts_a_run_and_later_steps_continue_it(tmp_path
     assert open_step("configure", output_root=outputs)[0].path == started.path
 
 
+@pytest.mark.long
 def test_a_step_run_again_by_hand_keeps_the_earlier_one(tmp_path):
     """A person re-runs the configure notebook on a run folder (interactive, as in JupyterLab)."""
     import papermill
@@ -150,6 +154,7 @@ def papermill_cli(tmp_path: Path, step: str, *args: str) -> subprocess.Completed
                           capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
 
 
+@pytest.mark.long
 def test_papermill_cli_starts_a_run_in_a_new_folder_and_takes_a_parameter_file(tmp_path):
     project = cmake_project(tmp_path)
     run_dir = tmp_path / "runs" / "x"
@@ -167,6 +172,7 @@ def test_papermill_cli_starts_a_run_in_a_new_folder_and_takes_a_parameter_file(t
     assert done.returncode == 0 and RunFolder(run_dir).params().backend == "auto"
 
 
+@pytest.mark.long
 def test_papermill_cli_step_without_its_predecessor_says_which_to_run_first(tmp_path):
     run_dir = tmp_path / "fresh"
     done = papermill_cli(tmp_path, "configure", "-p", "run_dir", str(run_dir))
@@ -176,6 +182,7 @@ def test_papermill_cli_step_without_its_predecessor_says_which_to_run_first(tmp_
     assert "Traceback" not in (tmp_path / "out-configure.ipynb").read_text()  # one sentence, no traceback
 
 
+@pytest.mark.long
 def test_playbook_chain_and_papermill_cli_write_the_same_run_folder(tmp_path):
     by_chain = new_run(tmp_path / "a", "build.ccache=off")
     for call in (DETECT, CONFIGURE, StepCall(Step.BUILD, 1)):
@@ -197,6 +204,7 @@ def test_playbook_chain_and_papermill_cli_write_the_same_run_folder(tmp_path):
     assert chain_steps == hand_steps and len(chain_steps) == 3
 
 
+@pytest.mark.long
 def test_a_folder_made_step_by_step_names_its_notebooks_and_check_says_to_resume(tmp_path):
     """Issue 25: the README's papermill lines (interactive left at its default, each output notebook in the run
     folder) filed an empty copy of each notebook under history/, recorded "notebook": "" in run.json, and
@@ -238,6 +246,7 @@ def readme_block(heading: str) -> list[str]:
     return [line for line in block.splitlines() if line.strip()]
 
 
+@pytest.mark.long
 def test_the_readmes_papermill_steps_work_as_written(tmp_path):
     """A new user copies these lines into a shell in a fresh clone: each one must work as it stands."""
     import shlex

@@ -63,6 +63,7 @@ def wait_for_step(run_root: Path, step: Step, timeout_s: float = 240) -> RunFold
     raise AssertionError(f"{step} did not start within {timeout_s} s")
 
 
+@pytest.mark.long
 def test_a_build_that_goes_silent_is_stopped_and_named(this_machine, tmp_path):
     marker = tmp_path / "hang"
     marker.touch()
@@ -85,6 +86,7 @@ def test_a_build_that_goes_silent_is_stopped_and_named(this_machine, tmp_path):
     assert hung.strip() == "", "the stopped build left its compiler running"
 
 
+@pytest.mark.long
 def test_a_corrupt_wheel_cache_entry_is_moved_aside_and_rebuilt(this_machine, tmp_path):
     plan = configure(this_machine, load_params(None, ["backend=cpu", "build.ccache=off"]))
     source, cache = tree_source(compiled_project(tmp_path, with_vocabulary=True)), tmp_path / "cache"
@@ -107,6 +109,7 @@ def test_a_corrupt_wheel_cache_entry_is_moved_aside_and_rebuilt(this_machine, tm
     assert third.cache_rejected and third.ok and not third.reused_wheel
 
 
+@pytest.mark.long
 def test_two_runs_at_once_on_one_cache_each_end_with_a_whole_entry(tmp_path):
     project = compiled_project(tmp_path, with_vocabulary=True)
     cache = tmp_path / "cache"
@@ -146,6 +149,7 @@ def _file_size_limit(limit_bytes: int):
     return apply
 
 
+@pytest.mark.long
 def test_a_disk_that_fills_during_the_build_is_named_and_nothing_recorded_is_damaged(tmp_path):
     big = 'extern "C" const char blob[] = {' + ",".join(["1"] * 3_000_000) + "};\n"  # an object file of 3 MB
     project = compiled_project(tmp_path, big, with_vocabulary=True)
@@ -179,6 +183,7 @@ def _processes_working_in(folder: Path) -> list[str]:
     return found
 
 
+@pytest.mark.long
 def test_kill_9_during_the_build_and_during_verify_then_resume(tmp_path):
     marker = tmp_path / "hang"
     marker.touch()
@@ -255,6 +260,7 @@ def read_only_folder(tmp_path):
         folder.chmod(0o755)
 
 
+@pytest.mark.long
 def test_a_read_only_output_folder_is_refused_before_anything_runs(tmp_path, read_only_folder):
     proc = playbook_run(tmp_path, compiled_project(tmp_path, with_vocabulary=True), read_only_folder / "outputs")
     shown, _ = proc.communicate(timeout=120)
@@ -264,6 +270,7 @@ def test_a_read_only_output_folder_is_refused_before_anything_runs(tmp_path, rea
     assert not (tmp_path / "cache" / "wheels").exists()  # nothing was built
 
 
+@pytest.mark.long
 def test_paths_with_spaces_and_non_ascii_characters_work(tmp_path):
     home = tmp_path / "my builds ü ñ"
     home.mkdir()
@@ -291,6 +298,7 @@ def _compilers_of(project: Path) -> list[str]:
     return [line for line in listed.stdout.splitlines() if "cc1plus" in line and str(project) in line]
 
 
+@pytest.mark.long
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs GCC: the slow compile is GCC's constexpr evaluation")
 def test_ctrl_c_stops_pip_ninja_and_the_compiler_at_once(tmp_path):
     """Issue 25: after Ctrl-C, pip and ninja kept compiling for about 20 s. The build runs in a session of

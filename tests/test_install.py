@@ -25,6 +25,7 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
+@pytest.mark.long
 def test_the_wheel_carries_notebooks_params_knowledge_and_child_scripts(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for step in ("detect", "configure", "build", "repair", "verify", "compare", "00-walkthrough"):
@@ -34,6 +35,7 @@ def test_the_wheel_carries_notebooks_params_knowledge_and_child_scripts(wheel):
     assert {"playbook/child_scripts/probe.py", "playbook/child_scripts/symbols.py"} <= names
 
 
+@pytest.mark.long
 def test_installed_wheel_plans_and_runs_a_step_outside_the_checkout(wheel, tmp_path):
     venv = tmp_path / "fresh venv"  # a space in the path, as on many Windows machines
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -69,6 +71,7 @@ def test_installed_wheel_plans_and_runs_a_step_outside_the_checkout(wheel, tmp_p
     assert (work / "runs" / "first" / "run.json").is_file()
 
 
+@pytest.mark.long
 def test_the_project_builds_without_build_isolation_in_its_own_venv(tmp_path):
     """`pip install --no-build-isolation .` uses the venv's setuptools, which must read pyproject.toml's
     PEP 639 license (setuptools >= 77: scripts/setup-venv.sh installs it; Python 3.11's venv brings 65)."""

@@ -91,7 +91,9 @@ GATE = "20261129T030438Z-vm"  # H200, the GPU acceptance gate's first run
 LAST_GATE = "20261129T034250Z-vm"  # H200, the gate's last run before the backend redesign
 REDESIGN_GATE = "20261129T080312Z-vm"  # H200, the gate after the backend redesign (be57af5)
 PLAN_NOTES_GATE = "20261129T082430Z-vm"  # H200, the gate at 63da654
-NEWEST_GATE = "20261129T100051Z-vm"  # H200, the newest gate (outputs/reference/gpu-acceptance.json), 07ee148
+SWAP_GATE = "20261129T100051Z-vm"  # H200, the gate at 07ee148, before the yardstick experiment with libraries swapped
+NEWEST_GATE = "20261129T105031Z-vm"  # H200, the newest gate (outputs/reference/gpu-acceptance.json), dd78ca3
+INDEX_RUN = REF / "20261129T105031Z-vm.wheel-index-run.log"  # playbook run installing NEWEST_GATE's wheel
 GAP = REF / "20261129T080312Z-vm.yardstick-gap.json"  # benchmarks/yardstick_gap.py on REDESIGN_GATE's wheel
 BENCH_SWAP = "llama-bench on the wheel's libraries"
 SWAP_GAP = REF / "20261129T100051Z-vm.yardstick-gap.json"  # the same, with llama-bench on the wheel's libraries
@@ -130,6 +132,11 @@ def gap_spread(variant: str, layers: str, test: str, archive: Path = SWAP_GAP) -
         rates = sorted(json.loads(archive.read_text())["variants"][variant][layers][test]["samples"])
         return 100 * (rates[-1] - rates[0]) / rates[len(rates) // 2]
     return read
+
+
+def index_run(pattern: str) -> Callable[[], float]:
+    """A number in the terminal of the run that installed the newest gate's wheel from an index."""
+    return lambda: float(re.search(pattern, INDEX_RUN.read_text()).group(1))
 
 
 def tune_flag_build(key: str) -> Callable[[], float]:
@@ -844,11 +851,22 @@ FIGURES = [
     F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
     F(BENCH, "`playbook diagnose` on a {} MB log: a long build log", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
     # docs/measurements.md: the GPU acceptance gate (its last run, outputs/reference/gpu-acceptance.json)
+    # the gate at dd78ca3, the round's last, and the index run on its wheel
+    F(MEASURE, "[`20261129T105031Z-vm.gate.log`](../outputs/reference/20261129T105031Z-vm.gate.log)): built on attempt 1 in {} s",
+      build(NEWEST_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "269 s,\nverify ok in {} s, token generation 919.9", step_s(NEWEST_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation {} t/s with all 17 layers. Its wheel", point(NEWEST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(WHEEL_INDEX_PAGE, "its check passed in {} s, the step", index_run(r"its check passed in (\d+) s"), ".0f"),
+    F(WHEEL_INDEX_PAGE, "the step took {} s,\nverify", index_run(r"build \(attempt 1\)\s+reused\s+([\d.]+) s"), ".1f"),
+    F(WHEEL_INDEX_PAGE, "verify passed in {} s with token", index_run(r"verify \(attempt 1\)\s+ok\s+([\d.]+) s"), ".1f"),
+    F(WHEEL_INDEX_PAGE, "token generation at {} t/s with all 17", index_run(r"token generation ([\d.]+) t/s at n_gpu_layers=17"), ".1f"),
+    F(WHEEL_INDEX_PAGE, "the whole run took {} s", index_run(r"run exit 0 after (\d+) s"), ".0f"),
+    F(WHEEL_INDEX_PAGE, "needs the wheel ({} MB)", lambda: _json(REF / NEWEST_GATE / "build-attempt-1.json")["wheel"]["size_bytes"] / 1e6, ".1f"),
     # the gate at 07ee148 and the experiment with the libraries swapped
     F(MEASURE, "[`20261129T100051Z-vm.gate.log`](../outputs/reference/20261129T100051Z-vm.gate.log)): built on attempt 1 in {} s",
-      build(NEWEST_GATE, 1, "duration_s"), ".0f"),
-    F(MEASURE, "268 s,\nverify ok in {} s, token generation 910.8", step_s(NEWEST_GATE, "verify"), ".0f"),
-    F(MEASURE, "token generation {} t/s with all 17 layers.\n\nRight", point(NEWEST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+      build(SWAP_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "268 s,\nverify ok in {} s, token generation 910.8", step_s(SWAP_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation {} t/s with all 17 layers.\n\nRight", point(SWAP_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(MEASURE, "The earlier run's {} was", gap_ratio("verify", "17", "tg"), ".3f"),
     F(MEASURE, "llama-bench samples ranged {}–928.2 t/s", lambda: min(_json(GAP)["variants"]["llama-bench"]["17"]["tg"]["samples"]), ".1f"),
     F(MEASURE, "llama-bench samples ranged 880.6–{} t/s", lambda: max(_json(GAP)["variants"]["llama-bench"]["17"]["tg"]["samples"]), ".1f"),
@@ -867,10 +885,10 @@ FIGURES = [
     F(MEASURE, "`llama_decode` loop is at {}. Every", gap_ratio("low-level", "17", "tg", SWAP_GAP), ".3f"),
     F(MEASURE, "verify's medians were {} (tg)", gap_ratio("verify", "10", "tg", SWAP_GAP), ".3f"),
     F(MEASURE, "(tg) and {} (pp),", gap_ratio("verify", "10", "pp", SWAP_GAP), ".3f"),
-    F(MEASURE, "reached {} % for the binding", spread_between_processes(NEWEST_GATE, 0, "binding"), ".1f"),
-    F(MEASURE, "for the binding and {} % for llama-bench at\n0 layers", spread_between_processes(NEWEST_GATE, 0, "llama-bench"), ".1f"),
-    F(MEASURE, "against {} % and 4.9 % at full offload", spread_between_processes(NEWEST_GATE, 17, "binding"), ".1f"),
-    F(MEASURE, "against 5.6 % and {} % at full offload", spread_between_processes(NEWEST_GATE, 17, "llama-bench"), ".1f"),
+    F(MEASURE, "reached {} % for the binding", spread_between_processes(SWAP_GATE, 0, "binding"), ".1f"),
+    F(MEASURE, "for the binding and {} % for llama-bench at\n0 layers", spread_between_processes(SWAP_GATE, 0, "llama-bench"), ".1f"),
+    F(MEASURE, "against {} % and 4.9 % at full offload", spread_between_processes(SWAP_GATE, 17, "binding"), ".1f"),
+    F(MEASURE, "against 5.6 % and {} % at full offload", spread_between_processes(SWAP_GATE, 17, "llama-bench"), ".1f"),
     F(MEASURE, "wheel was built on attempt 1 in {} s, and verify", build(GATE, 1, "duration_s"), ".0f"),
     F(MEASURE, "with no repair, ok in {} s: token generation", step_s(GATE, "verify"), ".0f"),
     F(MEASURE, "ok in 159 s: token generation {} t/s with all 17 layers", point(GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
@@ -888,7 +906,7 @@ FIGURES = [
     F(MEASURE, "20261129T080312Z-vm): built on attempt 1 in\n{} s", build(REDESIGN_GATE, 1, "duration_s"), ".0f"),
     F(MEASURE, "302 s, verify ok in {} s, token generation 892.0", step_s(REDESIGN_GATE, "verify"), ".0f"),
     F(MEASURE, "in 165 s, token generation {} t/s with all 17", point(REDESIGN_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
-    F(MEASURE, "`outputs/reference/gpu-acceptance.json`: built on attempt 1 in {} s", build(PLAN_NOTES_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "the verdict then: built on attempt 1 in {} s", build(PLAN_NOTES_GATE, 1, "duration_s"), ".0f"),
     F(MEASURE, "321 s, verify ok in {} s, token generation", step_s(PLAN_NOTES_GATE, "verify"), ".0f"),
     F(MEASURE, "token generation\n{} t/s with all 17 layers. Both", point(PLAN_NOTES_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(MEASURE, "verify's\ngeneration is {} of llama-bench's", gap_ratio("verify", "17", "tg"), ".3f"),

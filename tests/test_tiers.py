@@ -52,3 +52,16 @@ def test_a_linked_cache_compiles_into_the_shared_ccache(tmp_path):
     conftest.link_ccache(tmp_path / "fresh", shared)
     assert Path(ccache_env(tmp_path / "fresh")["CCACHE_DIR"]).resolve() == shared.resolve()
     assert shared.is_dir() and not any(shared.iterdir())
+
+
+def test_a_long_test_is_slow_too_and_a_build_is_not_long():
+    items = [Item("chain", [], ["long"]), Item("build", ["cpu_wheel"], ["slow"]), Item("unit", [])]
+
+    class Marked(Item):
+        def add_marker(self, mark) -> None:
+            self.markers.append(mark.name)
+
+    items = [Marked(i.nodeid, i.fixturenames, list(i.markers)) for i in items]
+    conftest.mark_long_tests_slow(items)
+    assert [i.markers for i in items] == [["long", "slow"], ["slow"], []]
+    assert conftest.unmarked_compiling_tests(items) == []

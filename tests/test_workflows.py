@@ -75,12 +75,14 @@ def test_actionlint_refuses_a_broken_workflow(actionlint_command, tmp_path):
     assert proc.returncode != 0 and '"steps" section is missing in job "a"' in proc.stdout + proc.stderr
 
 
+@pytest.mark.long
 def test_the_workflow_matches_github_s_schema(check_jsonschema):
     proc = subprocess.run([check_jsonschema, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.long
 def test_the_schema_check_refuses_a_broken_workflow(check_jsonschema, tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text(BROKEN_WORKFLOW)

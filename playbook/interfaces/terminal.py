@@ -207,6 +207,8 @@ def summary_lines(run: RunFolder, uploaded_to: str = "") -> list[str]:
             if build.reused_wheel:
                 how = "reused from the wheel cache" + (f", built by run {build.reused_from_run}"
                                                        if build.reused_from_run else "")
+            elif build.published is not None:
+                how = f"installed from the index {build.published.source}, checked in {build.published.check_s:.0f} s"
             else:
                 how = f"built in {build.duration_s:.0f} s"
             if verify is None or not verify.ok:

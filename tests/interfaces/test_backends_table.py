@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from playbook import resources
 from playbook.backends import registry
 from playbook.interfaces.tables import backends_table
@@ -26,6 +28,7 @@ def test_every_unit_is_a_row_with_what_it_declares():
     assert table.loc["cuda", "auto"] == "10" and table.loc["sycl", "auto"] == "asked for only"
 
 
+@pytest.mark.long
 def test_the_command_prints_it():
     out = subprocess.run([sys.executable, "-m", "playbook", "backends"], capture_output=True, text=True, timeout=120,
                          check=True).stdout

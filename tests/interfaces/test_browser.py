@@ -92,6 +92,7 @@ def run_all_cells(page, until, expect, tries: int = 3) -> None:
                 raise
 
 
+@pytest.mark.long
 def test_walkthrough_up_to_the_plan_in_chromium(jupyterlab):
     if not CHROMIUM.is_file():
         _unavailable(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")

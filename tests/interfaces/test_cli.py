@@ -26,12 +26,14 @@ def test_help_explains_each_command_once():
         assert first_words.count(command) == 1, out
 
 
+@pytest.mark.long
 def test_plan_prints_decisions_with_reasons():
     out = playbook("plan", "--params", "params/cpu.yaml")
     assert out.returncode == 0
     assert "CMAKE_ARGS=-DGGML_CUDA=off" in out.stdout and "because asked for in parameters" in out.stdout
 
 
+@pytest.mark.long
 def test_bad_parameter_stops_with_exit_2():
     out = playbook("run", "--set", "model.shape=huge")
     assert out.returncode == 2
@@ -98,6 +100,7 @@ def test_diagnose_innocuous_lines_exit_0(tmp_path, capsys):
     assert "no failure found" in capsys.readouterr().out
 
 
+@pytest.mark.long
 def test_a_version_that_does_not_exist_is_refused_before_any_run_folder(tmp_path):
     outputs = tmp_path / "outputs"
     out = playbook("run", "--set", "source.version=9.9.9", "--output", str(outputs))
@@ -108,6 +111,7 @@ def test_a_version_that_does_not_exist_is_refused_before_any_run_folder(tmp_path
     assert not outputs.exists()
 
 
+@pytest.mark.long
 def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path, seeded_cache):
     outputs = tmp_path / "outputs"
     out = playbook("run", "--set", "backend=cuda", "--set", f"cuda.toolkit={tmp_path / 'no-toolkit'}",
@@ -119,6 +123,7 @@ def test_a_plan_that_must_fail_is_refused_before_building_unless_forced(tmp_path
     assert json.loads((run_dir / "run.json").read_text())["outcome"] == "failed"
 
 
+@pytest.mark.long
 def test_cmake_args_in_the_environment_are_named_as_ignored():
     env = {**os.environ, "CMAKE_ARGS": "-DGGML_AVX2=off"}
     out = subprocess.run([sys.executable, "-m", "playbook", "plan", "--params", "params/cpu.yaml"],

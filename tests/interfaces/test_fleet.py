@@ -41,6 +41,7 @@ def test_overlay_series_reads_a_reference_run():
     assert series.points[0].n_gpu_layers == 0 and series.points[-1].n_gpu_layers == 17
 
 
+@pytest.mark.long
 def test_overlay_of_cuda_and_vulkan_runs_is_one_figure(tmp_path):
     vulkan = _as_vulkan(CUDA_1B_BENCH, tmp_path)
     files = write_overlay([CUDA_1B, vulkan], tmp_path / "out")
@@ -64,6 +65,7 @@ def test_overlay_tells_runs_of_one_backend_apart_and_refuses_two_models(tmp_path
         write_overlay([CUDA_1B, CUDA_7B], tmp_path)
 
 
+@pytest.mark.long
 def test_compare_overlay_command(tmp_path, capfd):
     assert main(["compare", str(CUDA_1B), str(_as_vulkan(CUDA_1B_BENCH, tmp_path)), "--overlay",
                  "--output", str(tmp_path / "cmp")]) == 0

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbconvert import HTMLExporter
 
 from playbook.interfaces import tables as show
@@ -64,6 +65,7 @@ def test_a_step_without_a_recorded_notebook_gets_no_link(tmp_path):
     assert 'href="01-detect.html"' in index
 
 
+@pytest.mark.long
 def test_the_report_is_written_where_nbconvert_is_not_installed(tmp_path):
     """The offline bundle carries what a headless run imports, not nbconvert: `playbook report` still writes every
     page, each notebook's code and outputs as plain HTML, the plot with its alternative text."""

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import cmake_project
 
 from playbook.errors import ExitCode
@@ -29,6 +30,7 @@ def deprecated_flag_project(tmp_path: Path) -> Path:
     return project
 
 
+@pytest.mark.long
 def test_a_run_shows_one_line_per_step_the_repair_and_one_summary(tmp_path):
     project = deprecated_flag_project(tmp_path)
     outputs = tmp_path / "outputs"
@@ -61,6 +63,7 @@ def test_a_run_shows_one_line_per_step_the_repair_and_one_summary(tmp_path):
     assert verify and verify[0].outcome is Outcome.FAILED and verify[0].findings
 
 
+@pytest.mark.long
 def test_progress_prints_plain_lines_where_stderr_is_no_terminal(tmp_path):
     """Issue 25: a long build printed nothing on a non-terminal output (tqdm draws only on a terminal).
     There, the build's ninja progress is a plain line every plain_every_s seconds."""

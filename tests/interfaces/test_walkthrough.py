@@ -88,6 +88,7 @@ def test_next_step_follows_the_chain(tmp_path):
     assert next_step(run) == StepCall(Step.DETECT)
 
 
+@pytest.mark.long
 def test_buttons_run_detect_and_configure_then_a_choice_plans_again(tmp_path):
     """The real steps (papermill kernels), pressed through the widgets as a person would."""
     walk = Walkthrough(params_file="params/cpu.yaml", output_root=str(tmp_path / "outputs"))
@@ -121,6 +122,7 @@ def test_buttons_run_detect_and_configure_then_a_choice_plans_again(tmp_path):
     assert box is not None
 
 
+@pytest.mark.long
 def test_headless_walkthrough_runs_the_steps_in_turn(tmp_path):
     output = tmp_path / "walkthrough.ipynb"
     papermill.execute_notebook(
@@ -148,6 +150,7 @@ def test_a_finished_run_shows_its_build_repair_and_verify(tmp_path):
     assert walk.plot.value[:8] == b"\x89PNG\r\n\x1a\n" and walk.plot.layout.display is None
 
 
+@pytest.mark.long
 def test_progress_bars_follow_the_build_log_and_the_sweep(tmp_path):
     seen = {}
 

@@ -337,6 +337,7 @@ def test_two_problems_are_both_reported_most_specific_first(knowledge):
     assert by_id["deprecated-cuda-flag"].line_number < by_id["compiler-out-of-memory"].line_number
 
 
+@pytest.mark.long
 def test_findings_are_ordered_by_specificity(knowledge):
     for example in _examples():
         findings = diagnose_text(_strip_source(example.read_text(encoding="utf-8")))

@@ -99,6 +99,7 @@ def test_overlapping_windows_are_searched_as_one_text():
     assert signature.spans_lines and log.first_match(signature)[0] == 4321
 
 
+@pytest.mark.long
 def test_a_large_log_skips_only_literals_it_cannot_hold():
     """Past WORDS_FROM_BYTES of distinct line shapes (digits masked) the log's words spare searches; every
     example inside 5 MB of distinct build lines is still found, on its own line."""

@@ -56,6 +56,7 @@ def _examples() -> list[Example]:
     ]
 
 
+@pytest.mark.long
 def test_shipped_index_is_what_the_script_writes():
     """Run `python scripts/write-similarity-index.py` after changing examples, the corpus's train part or
     the error-line rules."""

@@ -11,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from conftest import make_facts
 
 from playbook.offline.bundle import SITE_FOLDER, target_commands
@@ -79,6 +80,7 @@ def test_ccache_installed_with_pip_target_is_found_off_path(tmp_path, this_machi
     assert "ccache-missing" not in plan.warning_codes()
 
 
+@pytest.mark.long
 def test_a_kernel_with_the_site_on_pythonpath_finds_it(tmp_path):
     """As ``playbook run`` sees it: PYTHONPATH names the site (the README's export), PATH does not."""
     bundle = tmp_path / "bundle"

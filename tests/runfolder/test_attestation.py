@@ -155,6 +155,7 @@ def test_report_links_every_executed_notebook(tmp_path):
     assert check_run(run_dir).ok  # report/ is derived, not part of the archive
 
 
+@pytest.mark.long
 def test_fleet_view_of_the_reference_runs(tmp_path):
     runs = expand_run_dirs([str(REFERENCE / "2026*")])
     assert runs == REFERENCE_RUNS

@@ -13,6 +13,8 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 from playbook.runfolder.layout import BESIDE_NOTEBOOKS, Layout, Step, UnitFiles
 
 PACKAGE = Path(__file__).resolve().parents[2] / "playbook"
@@ -107,6 +109,7 @@ def test_the_vocabulary_covers_every_kind_of_run_folder_file():
         assert expected in names, sorted(names)
 
 
+@pytest.mark.long
 def test_no_module_but_layout_spells_a_run_folder_file_name():
     names = checked(layout_names())
     offenders = []

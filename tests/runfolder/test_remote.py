@@ -47,6 +47,7 @@ def playbook(*args: str, env: dict[str, str], cwd: Path, timeout: int = 900) -> 
                           env={**os.environ, **env}, cwd=cwd, check=False)
 
 
+@pytest.mark.long
 def test_a_run_goes_to_s3_and_is_read_back(tmp_path, s3_env):
     env, client = s3_env
     project = cmake_project(tmp_path)

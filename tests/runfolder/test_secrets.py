@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import cmake_project
 
 from playbook.chain import run_chain
@@ -39,6 +40,7 @@ def leaky_project(tmp_path: Path) -> Path:
     return project
 
 
+@pytest.mark.long
 def test_no_planted_secret_reaches_any_file_of_a_run(tmp_path, monkeypatch):
     for name, value in PLANTED.items():
         monkeypatch.setenv(name, value)

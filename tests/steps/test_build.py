@@ -50,6 +50,7 @@ def test_command_is_an_argument_list(this_machine, tmp_path):
     assert "--no-build-isolation" in command and command[-1] == source.path
 
 
+@pytest.mark.long
 def test_missing_backend_is_recorded_diagnosed_and_repaired(this_machine, tmp_path, python_without_backend):
     plan = configure(this_machine, load_params(None, ["backend=cpu"]))
     run_dir = tmp_path / "run"

@@ -51,6 +51,7 @@ def test_a_tree_is_built_where_it_is(tmp_path):
     assert stable_tree(source, tmp_path / "cache") == Path(source.path)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("ccache", ["auto"])
 def test_rebuilds_hit_the_caches(this_machine, tmp_path, ccache):
     if not this_machine.ccache.found:
@@ -113,6 +114,7 @@ def redis_url(tmp_path):
         proc.wait(timeout=20)
 
 
+@pytest.mark.long
 def test_a_second_machine_hits_the_remote_cache(this_machine, tmp_path, redis_url):
     """Two builds with two empty local caches and build folders: the second compiles nothing."""
     if not this_machine.ccache.found:

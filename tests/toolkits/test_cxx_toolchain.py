@@ -103,6 +103,7 @@ def test_detect_probes_each_cxx_compiler_for_how_it_links_the_runtime(tmp_path):
     assert linkage[str(wrapper.with_name("gcc"))] is None and linkage["gcc"] is None  # C compilers: not probed
 
 
+@pytest.mark.long
 def test_a_cpu_plan_moves_cc_and_cxx_off_a_copying_compiler_and_what_builds_needs_libstdcxx(this_machine, tmp_path):
     wrapper = relocated_gcc(tmp_path / "opt-gcc" / "bin")
     environ = environment_naming(wrapper)
@@ -133,6 +134,7 @@ def test_no_compiler_linking_shared_is_a_warning_not_a_silent_plan(this_machine,
     assert "cxx-runtime-static" in plan.warning_codes() and "CXX" not in plan.env
 
 
+@pytest.mark.long
 @needs_nvcc
 def test_a_cuda_plan_names_one_host_compiler_in_cudahostcxx_and_cmake_and_nvcc_links_it_shared(this_machine,
                                                                                                tmp_path):
@@ -153,6 +155,7 @@ def test_a_cuda_plan_names_one_host_compiler_in_cudahostcxx_and_cmake_and_nvcc_l
                                                   with_plan_env=False))
 
 
+@pytest.mark.long
 @needs_nvcc
 def test_the_remedy_rebuilds_with_the_host_compiler_even_where_cudahostcxx_is_inherited(this_machine, tmp_path):
     wrapper = relocated_gcc(tmp_path / "opt-gcc" / "bin")

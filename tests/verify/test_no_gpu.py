@@ -93,6 +93,7 @@ def verify(tmp_path, elf: CudaElf, monkeypatch):
                                          tmp_path / "cache"), log=lambda *_: None)
 
 
+@pytest.mark.long
 def test_a_cuda_wheel_without_a_gpu_is_checked_on_the_cpu_and_by_its_machine_code(stand_ins, tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     elf = CudaElf(library="/site/llama_cpp/lib/libggml-cuda.so", architectures=["sm_86", "sm_120a"],
@@ -108,6 +109,7 @@ def test_a_cuda_wheel_without_a_gpu_is_checked_on_the_cpu_and_by_its_machine_cod
     assert "machine code for sm_86, sm_120a" in result.summary and "GPU checks skipped" in result.summary
 
 
+@pytest.mark.long
 def test_a_wheel_without_ggml_cuda_is_still_called_cpu_only(stand_ins, tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
     result = verify(tmp_path, CudaElf(error="no ggml-cuda library under /site", expected=["sm_86"]), monkeypatch)

@@ -88,6 +88,7 @@ def field_value(reader: GGUFReader, key: str):
     return reader.fields[key].contents()
 
 
+@pytest.mark.long
 def test_describe_gguf_reports_the_tiny_model(tiny_model, vocab_size: int) -> None:
     quant, path, _ = tiny_model
     info = describe_gguf(path)

@@ -180,6 +180,7 @@ def test_the_parameter_needs_the_tune():
         load_params(None, ["verify.tune_build_flags=true"])
 
 
+@pytest.mark.long
 def test_the_rebuild_goes_through_the_build_step_and_leaves_the_verified_wheel_alone(this_machine, tmp_path):
     """A real (tiny) scikit-build-core project built as the build step builds, then rebuilt with a flag added."""
     from playbook.steps.build import run_build

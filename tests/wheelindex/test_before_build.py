@@ -156,6 +156,8 @@ def test_run_installs_a_published_real_wheel_instead_of_building(tmp_path, this_
     assert steps[Step.BUILD].message.startswith(f"installed the published wheel {record.variant} from {url}")
     assert steps[Step.VERIFY].outcome is Outcome.OK
     assert not (tmp_path / "second-cache" / "build").exists()  # no build folder: nothing compiled
+    wheel_line = next(line for line in done.stdout.splitlines() if line.startswith("wheel: "))
+    assert f"(installed from the index {url}, checked in " in wheel_line and "built in" not in wheel_line
     from playbook.interfaces.tables import build_summary
     from playbook.steps.build import BuildResult
 

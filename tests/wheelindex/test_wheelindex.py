@@ -206,6 +206,7 @@ def install_request(tmp_path: Path, facts, sources: list[str], venv: Path) -> In
     return InstallRequest(facts, params, sources, venv, build=False, check=False)
 
 
+@pytest.mark.long
 def test_install_refuses_a_tampered_wheel_skips_an_unreachable_index_and_installs_the_next(tmp_path, this_machine,
                                                                                           index_server):
     root, url = index_server
@@ -268,6 +269,7 @@ def test_an_interrupted_download_leaves_no_file(tmp_path):
     assert list((tmp_path / "downloads").iterdir()) == []
 
 
+@pytest.mark.long
 def test_an_s3_index_is_written_and_read_back(tmp_path, monkeypatch):
     pytest.importorskip("moto.server")
     boto3 = pytest.importorskip("boto3")
@@ -306,6 +308,7 @@ def uv_sync(project: Path, lines: str, cache: Path) -> subprocess.CompletedProce
                           timeout=600, check=False)
 
 
+@pytest.mark.long
 def test_uv_sync_installs_the_published_wheel_and_a_backend_change_never_reuses_it(tmp_path, index_server):
     root, url = index_server
     store = wheel_index.HttpStore(url)
