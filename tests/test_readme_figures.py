@@ -851,6 +851,8 @@ FIGURES = [
     F(RUNS, "prompt processing and {}× generation at depth 4096", tune_gain(4096, "tg"), ".2f"),
     F(BENCH, "`playbook diagnose` on a {} MB log: a long build log", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
     # docs/measurements.md: the GPU acceptance gate (its last run, outputs/reference/gpu-acceptance.json)
+    F(TESTING, "compiles nothing and took {} s here", lambda: float(re.search(r"\(the fast tier\) took\s+(\d+) s",
+                                                                            printed(CI_TIME)).group(1)), ".0f"),
     # the gate at dd78ca3, the round's last, and the index run on its wheel
     F(MEASURE, "[`20261129T105031Z-vm.gate.log`](../outputs/reference/20261129T105031Z-vm.gate.log)): built on attempt 1 in {} s",
       build(NEWEST_GATE, 1, "duration_s"), ".0f"),
