@@ -192,3 +192,36 @@ def test_the_real_upstream_cpu_index_is_listed():
     assert all(c.record.backend == "cpu" and "CPU features" in c.record.unknown for c in found)
     assert all(c.url.startswith("https://github.com/abetlen/llama-cpp-python/releases/download/") for c in found)
     assert any(c.record.platform_tag.endswith("x86_64") for c in found)
+
+
+def test_a_link_without_a_sha256_is_downloaded_and_its_digest_recorded(tmp_path, this_machine, wheels,
+                                                                       index_server):  # noqa: F811
+    """As upstream's links are: the download is checked against nothing, and says so; its record gets the digest."""
+    root, url = index_server
+    upstream_folder(root, "cpu", [], names=(f"../../../releases/{wheels['upstream'].name}",))
+    (root / "releases").mkdir()
+    shutil.copy2(wheels["upstream"], root / "releases" / wheels["upstream"].name)
+    lines: list[str] = []
+    found = search(this_machine, search_params(tmp_path), [f"{url}/whl/cpu"], needs(this_machine, gpus=[],
+                   driver_cuda=""), lines.append, check=False)
+    assert found.found is not None
+    assert found.found.candidate.url == f"{url}/releases/{wheels['upstream'].name}"
+    assert found.found.candidate.record.sha256 == sha256_of(wheels["upstream"])
+    assert any("its index gives no sha256" in line and "only the check vouches for it" in line for line in lines)
+
+
+@pytest.mark.long
+def test_install_from_an_upstream_folder_joins_the_local_index_with_its_unknowns(tmp_path, this_machine, wheels,
+                                                                               index_server):  # noqa: F811
+    from test_wheelindex import fresh_venv, install_request, installed_build
+
+    from playbook.wheelindex.install import install
+
+    root, url = index_server
+    upstream_folder(root, "cpu", [wheels["upstream"]])
+    venv = fresh_venv(tmp_path / "venv")
+    done = install(install_request(tmp_path, this_machine, [f"{url}/whl/cpu"], venv), log=print)
+    assert done.chosen is not None and done.chosen_from == f"{url}/whl/cpu" and done.index_url == f"{url}/whl/cpu"
+    assert installed_build(venv) == "upstream"
+    [kept] = wheel_index.read_catalogue(wheel_index.open_store(tmp_path / "second-cache" / "wheel-index")).records
+    assert kept.sha256 == sha256_of(wheels["upstream"]) and kept.unknown == ["CPU features"]
