@@ -162,7 +162,13 @@ class WheelIndexParams:
     sources: list[str] = field(default_factory=list)
     """The indexes, in order: a folder, http(s)://host/path or s3://bucket/prefix. Empty: ``playbook run`` builds as
     always (``playbook install`` adds its ``--from`` indexes after these). With one or more, ``run``'s first build
-    attempt installs the best fitting wheel that passes verify's check here instead of building."""
+    attempt installs the best fitting wheel that passes verify's check here instead of building. An index without
+    the playbook's records is read as a plain PEP 503 index (upstream's ``.../whl/cu124``: the backend from its
+    folder's name, the rest left to the check); the word ``upstream`` names ``upstream_url``'s folder for each
+    backend this machine can run (CUDA: the newest release upstream publishes that the driver supports)."""
+    upstream_url: str = "https://abetlen.github.io/llama-cpp-python/whl"
+    """Where llama-cpp-python's own wheel index keeps its folders (``cpu``, ``cu118`` ... ``cu132``, ``rocm72``,
+    ``hip-radeon``, ``vulkan``, ``metal``): what the word ``upstream`` in ``sources`` or ``--from`` expands to."""
     local: bool = True
     """Also look first in this machine's own index in the cache folder (``<cache>/wheel-index``: the wheels
     ``playbook install`` checked or built here)."""
@@ -328,17 +334,24 @@ def check_params(params: Params) -> None:
         raise ParameterError("verify.gpu_memory_budget is MiB of GPU memory, 0 for none")
     for number, index in enumerate(params.wheel_index.sources):
         check_wheel_source(f"wheel_index.sources[{number}]", index)
+    check_wheel_source("wheel_index.upstream_url", params.wheel_index.upstream_url, upstream_word=False)
 
 
 WHEEL_SOURCE_SCHEMES = ("http://", "https://", "s3://", "file://")
 
 
-def check_wheel_source(key: str, source: str) -> None:
-    """An index a wheel may come from: an existing folder, or an http(s)://, s3:// or file:// URL with a host or
-    path (whether it answers is found when it is read: one that does not is skipped with one line)."""
+UPSTREAM_WORD = "upstream"
+
+
+def check_wheel_source(key: str, source: str, upstream_word: bool = True) -> None:
+    """An index a wheel may come from: an existing folder, an http(s)://, s3:// or file:// URL with a host or
+    path (whether it answers is found when it is read: one that does not is skipped with one line), or the word
+    ``upstream`` (``wheel_index.upstream_url``'s folders for this machine)."""
     import urllib.parse
 
-    accepted = "a folder, http(s)://host/path or s3://bucket/prefix"
+    accepted = "a folder, http(s)://host/path, s3://bucket/prefix" + (" or upstream" if upstream_word else "")
+    if upstream_word and source.strip() == UPSTREAM_WORD:
+        return
     if not source.strip():
         raise ParameterError(f"{key} is empty; give {accepted}")
     if "://" in source:

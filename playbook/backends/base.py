@@ -102,6 +102,9 @@ class BackendUnit:
     native_to: ClassVar[str] = ""
     """The platform whose own choice it is ("macos" for Metal): there it is chosen before every other backend when
     usable, and a backend that does not exist there falls back to it or to the CPU."""
+    upstream_variants: ClassVar[tuple[str, ...]] = ()
+    """The folders of llama-cpp-python's own wheel index (``https://abetlen.github.io/llama-cpp-python/whl/<folder>``)
+    that hold this backend's wheels ("cpu", "metal"); the first is the one :meth:`upstream_variant` names."""
     status: ClassVar[str] = ""
     """Where it has run, as the README's backend table says: runs here, runs on the GPU machine, compiled only,
     planned only."""
@@ -220,6 +223,18 @@ class BackendUnit:
             return WheelFit(False, f"only CPU-type {self.name} devices here ({', '.join(d.name for d in found)}): no "
                                    "faster than a CPU wheel")
         return WheelFit(False, f"no {self.name} GPU was detected")
+
+    def upstream_requirements(self, variant: str) -> tuple[dict[str, Any], list[str]] | None:
+        """What the name of a plain PEP 503 index folder (upstream's ``whl/cu124``; no playbook record beside its
+        wheels) says a wheel of this backend needs, in :meth:`wheel_requirements`' form, and what it cannot say
+        (["GPU architectures"]): the check on this machine decides that. None when the folder is not this backend's.
+        This default: a folder of :attr:`upstream_variants` says nothing more."""
+        return ({}, []) if variant in self.upstream_variants else None
+
+    def upstream_variant(self, facts: Facts) -> str:
+        """The upstream index folder whose wheels could run on this machine ("cu124" for a driver of CUDA 12.4 or
+        12.5...); "" when upstream publishes none for it."""
+        return self.upstream_variants[0] if self.upstream_variants else ""
 
     # ------------------------------------------------------------------ devices
 

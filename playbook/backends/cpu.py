@@ -16,6 +16,7 @@ class CpuBackend(BackendUnit):
     failure_family = "cpu"
     profile = "cpu"
     offloads = False
+    upstream_variants = ("cpu",)
     tune_build_flags = "llamafile-kernels"
     status = "runs here"
 

@@ -678,6 +678,15 @@ class CudaBackend(BackendUnit):
             return WheelFit(False, "no NVIDIA GPU with a working driver was detected")
         return cuda_wheel.fit(requirements, gpu.arch, gpu.name, driver_cuda_version(facts))
 
+    def upstream_requirements(self, variant: str) -> tuple[dict[str, Any], list[str]] | None:
+        """``cuXYZ``: wheels compiled with CUDA X.Y (``cu124``: 12.4), for GPU architectures the folder does not
+        say (:func:`.cuda_wheel.upstream_requirements`)."""
+        return cuda_wheel.upstream_requirements(variant)
+
+    def upstream_variant(self, facts: Facts) -> str:
+        """The newest CUDA release upstream publishes wheels for that the driver supports (:data:`.cuda_wheel.UPSTREAM_RELEASES`)."""
+        return cuda_wheel.upstream_variant(driver_cuda_version(facts)) if facts.gpus else ""
+
     def devices(self, facts: Facts) -> list[Device]:
         return [Device(self.name, gpu.name, detail=f"compute {gpu.compute_capability}") for gpu in facts.gpus]
 

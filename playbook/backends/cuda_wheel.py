@@ -26,6 +26,31 @@ CMAKE_ENTRY = re.compile(r"(\d{2,3}[af]?)(?:-(real|virtual))?")
 
 EXACT, OLDER_MINOR, PTX_ONLY, NONE = 3, 2, 1, 0
 
+# The CUDA releases llama-cpp-python's own index has a folder for (whl/cu118 ... whl/cu132): its README and the
+# workflow that writes the index (.github/workflows/generate-index-from-release.yaml).
+UPSTREAM_RELEASES = ("11.8", "12.1", "12.2", "12.3", "12.4", "12.5", "13.0", "13.2")
+UPSTREAM_FOLDER = re.compile(r"cu(\d+)(\d)")
+UNKNOWN_ARCHITECTURES = "GPU architectures (sm_XX, PTX)"
+
+
+def upstream_requirements(variant: str) -> tuple[dict[str, Any], list[str]] | None:
+    """``cu124`` -> CUDA 12.4, with its machine code and PTX unknown (``sass`` and ``ptx`` None): upstream's
+    folders name the toolkit release and nothing else. None for a folder of another kind."""
+    match = UPSTREAM_FOLDER.fullmatch(variant)
+    if match is None:
+        return None
+    return ({"release": f"{int(match[1])}.{match[2]}", "sass": None, "ptx": None, "sass_listed": False},
+            [UNKNOWN_ARCHITECTURES])
+
+
+def upstream_variant(driver_release: str) -> str:
+    """The folder of the newest release in :data:`UPSTREAM_RELEASES` a driver of ``driver_release`` supports
+    ("12.8" -> "cu125"); "" when the driver's release is unknown or older than all of them."""
+    if not driver_release:
+        return ""
+    fitting = [r for r in UPSTREAM_RELEASES if version_tuple(r)[:2] <= version_tuple(driver_release)[:2]]
+    return "cu" + fitting[-1].replace(".", "") if fitting else ""
+
 
 def requirements(cmake_args: Sequence[str], toolkit_release: str, machine_code: Sequence[str]) -> dict[str, Any]:
     """What a CUDA wheel holds, from its plan: CMake's ``86`` is both sm_86 machine code and compute_86 PTX,
@@ -81,5 +106,9 @@ def fit(requirements: Mapping[str, Any], gpu_arch: str, gpu_name: str, driver_re
     if release and version_tuple(release)[:2] > version_tuple(driver_release)[:2]:
         return WheelFit(False, f"CUDA {release} is newer than the driver supports (CUDA {driver_release}): update "
                                "the driver or use a wheel built with an older toolkit")
+    if requirements.get("sass") is None and requirements.get("ptx") is None:
+        return WheelFit(True, f"CUDA {release or 'of an unknown release'} runs with this driver (CUDA {driver_release}); "
+                              f"its {UNKNOWN_ARCHITECTURES} are not recorded: the check here decides whether it runs "
+                              f"on {gpu_name or 'this GPU'}", (NONE,))
     return code_fit([str(c) for c in requirements.get("sass") or []], [str(c) for c in requirements.get("ptx") or []],
                     gpu_arch, gpu_name)

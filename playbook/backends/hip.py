@@ -162,6 +162,7 @@ class HipBackend(BackendUnit):
     failure_family = "hip"
     profile = "hip"
     auto_rank = 20
+    upstream_variants = ("rocm72", "hip-radeon")  # ROCm 7.2 for Linux, HIP Radeon for Windows
     mib_per_compile_job = 3 * GIB_MIB
     device_log_name = "ROCm"
     machine_code = "hip-fatbin"
@@ -199,6 +200,15 @@ class HipBackend(BackendUnit):
         targets = ";".join(machine_code) or defined_value(tuple(cmake_args), "GPU_TARGETS") or \
             defined_value(tuple(cmake_args), "AMDGPU_TARGETS") or ""
         return {"gpu_targets": targets} if targets else {}
+
+    def upstream_requirements(self, variant: str) -> tuple[dict[str, Any], list[str]] | None:
+        """``rocmXY`` and ``hip-radeon``: HIP wheels whose gfx targets the folder does not say."""
+        if re.fullmatch(r"rocm\d+", variant) or variant in self.upstream_variants:
+            return {}, ["GPU targets (gfx)"]
+        return None
+
+    def upstream_variant(self, facts: Facts) -> str:
+        return self.upstream_variants[1] if facts.os.platform == "windows" else self.upstream_variants[0]
 
     def devices(self, facts: Facts) -> list[Device]:
         return [Device(self.name, g.name or g.gfx, detail=g.gfx) for g in facts.rocm.gpus]

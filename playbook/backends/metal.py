@@ -27,6 +27,7 @@ class MetalBackend(BackendUnit):
     failure_family = "metal"
     profile = "metal"
     auto_rank = 30
+    upstream_variants = ("metal",)
     device_log_name = "Metal"
     platforms = ("macos",)
     native_to = "macos"

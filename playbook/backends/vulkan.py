@@ -148,6 +148,7 @@ class VulkanBackend(BackendUnit):
     failure_family = "vulkan"
     profile = "vulkan"
     auto_rank = 40
+    upstream_variants = ("vulkan",)
     mib_per_compile_job = 2 * GIB_MIB
     device_log_name = "Vulkan"
     status = "runs here (lavapipe) and on the GPU machine"

@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_params_options(install)
     install.add_argument("--from", dest="sources", action="append", default=[], metavar="INDEX",
                          help="a team index (folder, http(s):// or s3://; repeatable), after the local wheel cache "
-                              "and the parameters' wheel_index.sources")
+                              "and the parameters' wheel_index.sources; a plain PEP 503 index such as upstream's "
+                              ".../whl/cu124 too, or the word upstream: upstream's folders for this machine")
     install.add_argument("--into", type=Path, default=None, metavar="VENV",
                          help="the environment to install into (default: the one running the playbook)")
     install.add_argument("--publish", default="", metavar="INDEX", help="publish what a fallback build made there")

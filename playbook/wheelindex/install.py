@@ -3,7 +3,9 @@ when nothing fits or the check fails.
 
 1. What the machine needs: detect's facts and the target interpreter's wheel tags (:mod:`.select`).
 2. The candidates: the local wheel cache (an index in the cache folder that every wheel checked or built here
-   joins), then each team index, then upstream ones; an index that does not answer is skipped with one line.
+   joins), then each team index, then upstream ones: an index without the playbook's catalogue is read as a plain
+   PEP 503 index (:mod:`.upstream`; ``upstream`` names llama-cpp-python's own folders for this machine); an index
+   that does not answer is skipped with one line.
 3. The best fitting wheel is downloaded to a temporary name, its sha256 checked against the index entry and
    its record, and renamed: a wrong or interrupted download is refused and the next candidate tried.
 4. The check: verify's own units on it (import in a child process, the model, a short offload sweep with
@@ -98,18 +100,23 @@ def accepted_tags(python: str) -> list[str]:
 
 
 def gather(sources: list[str], log: Log) -> tuple[list[Candidate], list[str]]:
-    """Every record the sources list, and one line per source that was skipped."""
+    """Every record the sources list (an index without the playbook's catalogue: every wheel its PEP 503 project
+    page lists, :func:`.upstream.candidates`), and one line per source that was skipped."""
+    from playbook.wheelindex import upstream
+
     candidates, skipped = [], []
     for source in sources:
         try:
             store = wheel_index.open_store(source)
             catalogue = wheel_index.read_catalogue(store)
+            found = ([Candidate(source, record) for record in catalogue.records] if catalogue.records
+                     else upstream.candidates(store, source))
         except PlaybookError as error:
             line = f"index {source} skipped: {error}"
             log(line)
             skipped.append(line)
             continue
-        candidates += [Candidate(source, record) for record in catalogue.records]
+        candidates += found
     return candidates, skipped
 
 
@@ -174,7 +181,7 @@ class InstallRequest:
 
 def sources_of(params, extra: list[str] = ()) -> list[str]:  # type: ignore[no-untyped-def, assignment]
     """The indexes to look in, in order: this machine's own (``wheel_index.local``), ``wheel_index.sources``, then
-    ``extra`` (``playbook install --from``)."""
+    ``extra`` (``playbook install --from``); the word ``upstream`` stays until :func:`search` knows the machine."""
     cache_dir: Path = params.cache_dir
     local = [str(local_index(cache_dir))] if params.wheel_index.local else []
     if local:
@@ -225,24 +232,26 @@ def search(facts: Facts, params, sources: list[str], needs: MachineNeeds, log: L
            check: bool = True) -> Search:
     """The best wheel in ``sources`` that fits ``needs``, downloaded and (``check``) checked with verify's units here;
     the next one when a download is refused or a check fails. Every verdict is logged and kept with its reason."""
+    from playbook.wheelindex import upstream
+
+    sources = upstream.expand(sources, needs, params.wheel_index.upstream_url)
     candidates, skipped = gather(sources, log)
     selection = choose(candidates, needs)
     found = Search(needs, sources, skipped, list(selection.verdicts))
-    for verdict in selection.verdicts:
-        log(("chose " if verdict.accepted else "rejected ") + f"{verdict.variant} from {verdict.source}: {verdict.reason}")
+    log_verdicts(selection.verdicts, log)
     for candidate in selection.ranked:
         try:
             taken = fetch_and_check(candidate, facts, params, check, log)
         except wheel_index.IndexError_ as error:
-            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, False,
+            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, False,
                                           f"refused and skipped: {error}"))
-            log(f"refused {candidate.record.variant}: {error}")
+            log(f"refused {candidate.label}: {error}")
             continue
         if taken.check is not None and not taken.check.ok:
-            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, False,
+            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, False,
                                           f"failed its check here: {taken.check.summary} (see {taken.check.folder})"))
             continue
-        found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, True,
+        found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, True,
                                       "taken: " + (f"passed its check here in {taken.check.duration_s:.1f} s"
                                                    if taken.check else "not checked (check off)")))
         found.found = taken
@@ -250,15 +259,46 @@ def search(facts: Facts, params, sources: list[str], needs: MachineNeeds, log: L
     return found
 
 
+REJECTIONS_LOGGED = 8  # per index: a plain index lists every version for every Python; install.json keeps them all
+
+
+def log_verdicts(verdicts: list[Verdict], log: Log) -> None:
+    """Every choice, and each index's first rejections with a count of the rest (all are kept in the record)."""
+    rejected: dict[str, int] = {}
+    for verdict in verdicts:
+        if not verdict.accepted:
+            rejected[verdict.source] = rejected.get(verdict.source, 0) + 1
+            if rejected[verdict.source] > REJECTIONS_LOGGED:
+                continue
+        log(("chose " if verdict.accepted else "rejected ") + f"{verdict.variant} from {verdict.source}: {verdict.reason}")
+    for source, count in rejected.items():
+        if count > REJECTIONS_LOGGED:
+            log(f"rejected {count - REJECTIONS_LOGGED} more from {source} (every reason is in the install record)")
+
+
 def fetch_and_check(candidate: Candidate, facts: Facts, params, check: bool, log: Log) -> Found:  # type: ignore[no-untyped-def]
-    """The wheel downloaded whole (sha256 against its index entry; IndexError_ when refused) and checked here."""
+    """The wheel downloaded whole (sha256 against its index entry; IndexError_ when refused) and checked here. A
+    wheel of a plain index gets the sha256 it was downloaded with in its record when its link gave none."""
+    from playbook.wheelindex import upstream
+
     cache_dir: Path = params.cache_dir
-    store = wheel_index.open_store(candidate.source)
-    downloads = cache_dir / "downloads" / "wheels" / candidate.record.sha256[:16]
-    wheel = wheel_index.fetch_wheel(store, candidate.record, downloads)
-    log(f"downloaded {wheel.name} ({candidate.record.variant}), sha256 matches its index entry")
     vocabulary_dir = cache_dir / "downloads" / "vocab"
-    vocabulary = wheel_index.fetch_vocabulary(store, vocabulary_dir)
+    if candidate.url:
+        downloads = cache_dir / "downloads" / "wheels" / (candidate.record.sha256[:16] or "unlisted")
+        wheel, digest = upstream.fetch(candidate, downloads)
+        said = ("sha256 matches its index entry" if candidate.record.sha256
+                else f"its index gives no sha256 (got {digest}): only the check vouches for it")
+        candidate = dataclasses.replace(candidate, record=dataclasses.replace(
+            candidate.record, sha256=digest, size_bytes=wheel.stat().st_size))
+        log(f"downloaded {wheel.name} from {candidate.url}, {said}")
+        vocabulary, index_url = None, candidate.source
+    else:
+        store = wheel_index.open_store(candidate.source)
+        downloads = cache_dir / "downloads" / "wheels" / candidate.record.sha256[:16]
+        wheel = wheel_index.fetch_wheel(store, candidate.record, downloads)
+        log(f"downloaded {wheel.name} ({candidate.record.variant}), sha256 matches its index entry")
+        vocabulary = wheel_index.fetch_vocabulary(store, vocabulary_dir)
+        index_url = store.url(wheel_index.variant_index(candidate.record))
     result = None
     if check:
         # verify's children run with the playbook's interpreter, which has the wheel's dependencies; the target
@@ -266,7 +306,7 @@ def fetch_and_check(candidate: Candidate, facts: Facts, params, check: bool, log
         result = check_wheel(wheel, candidate.record, facts, params, cache_dir,
                              vocabulary_dir if vocabulary else None, sys.executable, log)
         log(f"check {'passed' if result.ok else 'failed'} in {result.duration_s:.1f} s: {result.summary}")
-    return Found(candidate, wheel, vocabulary, result, store.url(wheel_index.variant_index(candidate.record)))
+    return Found(candidate, wheel, vocabulary, result, index_url)
 
 
 def install(request: InstallRequest, log: Log = print) -> InstallRecord:

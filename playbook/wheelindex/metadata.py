@@ -25,6 +25,7 @@ from playbook.runfolder.folder import RunFolder
 from playbook.runfolder.layout import Step
 
 PROJECT = "llama-cpp-python"
+CPU_FEATURES = "CPU features"  # in WheelRecord.unknown: the CPU instructions its code needs are not known
 FORMAT = 2
 
 # ggml's CMake switches for x86 instruction sets -> the /proc/cpuinfo flag each one needs (detect's names).
@@ -102,6 +103,10 @@ class WheelRecord:
     published: str = ""
     format: int = FORMAT
     """The record's format: 2 since the backend's needs moved under ``requirements``."""
+    unknown: list[str] = field(default_factory=list)
+    """What this record cannot say, for a wheel listed by a plain PEP 503 index with no playbook record beside it
+    (upstream's ``whl/cu124``): "CPU features", its backend's GPU code ("GPU architectures (sm_XX, PTX)"), "glibc"
+    where its platform tag names none. Only the check on the machine decides those. [] for a published record."""
 
     @classmethod
     def upgrade_json(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -128,12 +133,16 @@ class WheelRecord:
         parts = [f"{self.backend}", f"llama-cpp-python {self.version}", self.python_tag + "-" + self.platform_tag]
         if self.requirements:
             parts.append(" ".join(f"{key} {describe_value(value)}" for key, value in self.requirements.items()))
-        cpu = "runtime dispatch" if self.cpu.runtime_dispatch else ",".join(self.cpu.required_flags) or "baseline"
+        cpu = "unknown" if CPU_FEATURES in self.unknown else "runtime dispatch" if self.cpu.runtime_dispatch else ",".join(self.cpu.required_flags) or "baseline"
         parts.append(("native CPU: " if self.cpu.native else "CPU: ") + cpu)
+        if self.unknown:
+            parts.append("not recorded: " + ", ".join(self.unknown))
         return "; ".join(parts)
 
 
 def describe_value(value: Any) -> str:
+    if value is None:
+        return "unknown"
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value) or "-"
     return str(value) if value != "" else "-"

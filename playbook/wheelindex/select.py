@@ -6,8 +6,9 @@ this one, a CPU instruction this CPU lacks (the CPU code is every wheel's: its r
 backend's own rules refuse (:meth:`~playbook.backends.base.BackendUnit.wheel_fit`: no device of that backend here,
 a CUDA release newer than the driver supports, no machine code or PTX for this GPU). Of the rest the best is
 chosen: the preferred backend first (the registry's ``backend: auto`` order, then the other backends that offload,
-then those that do not, the CPU last), then the backend's own rank (CUDA: native machine code over PTX), then the
-wheel that uses the most of this CPU's instructions.
+then those that do not, the CPU last), then a wheel with a playbook record over one a plain index lists
+(:mod:`.upstream`: what it cannot say is left to the check), then the backend's own rank (CUDA: native machine code
+over PTX), then the wheel that uses the most of this CPU's instructions, then the newest version.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from playbook.backends import registry
 from playbook.backends.base import BackendUnit
 from playbook.facts import Facts
-from playbook.wheelindex.metadata import WheelRecord
+from playbook.wheelindex.metadata import CPU_FEATURES, WheelRecord
 
 ANY_BACKEND = ("", "auto")
 
@@ -85,6 +86,14 @@ class Candidate:
     source: str
     """The index it is listed in (a folder, URL or s3:// URL)."""
     record: WheelRecord
+    url: str = ""
+    """The wheel's address, for a wheel a plain PEP 503 index lists with no playbook record (:mod:`.upstream`);
+    "" for a wheel in the playbook's own layout."""
+
+    @property
+    def label(self) -> str:
+        """How verdicts name it: its variant, or for a wheel of a plain index (many in one folder) its file name."""
+        return self.record.wheel if self.url else self.record.variant
 
 
 def needs_from_facts(facts: Facts, tags: list[str], backend: str = "auto", version: str = "") -> MachineNeeds:
@@ -121,6 +130,10 @@ def assess(record: WheelRecord, needs: MachineNeeds) -> tuple[tuple[int, ...] | 
         return None, f"a {record.backend} wheel: {needs.why_not.get(record.backend, 'not a backend this machine runs')}"
     if record.glibc and needs.glibc and version_key(record.glibc) > version_key(needs.glibc):
         return None, f"built against glibc {record.glibc}; this machine has {needs.glibc}"
+    if "glibc" in record.unknown and needs.glibc:
+        glibc_said = f"glibc not said by its tag {record.platform_tag}"
+    else:
+        glibc_said = ""
     missing = sorted(set(record.cpu.required_flags) - set(needs.cpu_flags))
     if missing:
         how = "compiled natively on a CPU with" if record.cpu.native else "compiled for"
@@ -129,12 +142,21 @@ def assess(record: WheelRecord, needs: MachineNeeds) -> tuple[tuple[int, ...] | 
     if not fit.ok:
         return None, fit.reason
     reasons = [fit.reason] if fit.reason else []
-    cpu = ("picks its CPU code when it loads" if record.cpu.runtime_dispatch
-           else f"uses {', '.join(record.cpu.required_flags)}" if record.cpu.required_flags else "baseline CPU code")
+    if CPU_FEATURES in record.unknown:
+        cpu = "the CPU instructions it needs are not recorded"
+    else:
+        cpu = ("picks its CPU code when it loads" if record.cpu.runtime_dispatch
+               else f"uses {', '.join(record.cpu.required_flags)}" if record.cpu.required_flags else "baseline CPU code")
     reasons.append(cpu + " (this CPU has " + (", ".join(needs.cpu_flags) or "no listed extensions") + ")")
+    if glibc_said:
+        reasons.append(glibc_said)
     backend_rank = len(needs.backends) - needs.backends.index(record.backend)
+    recorded = 0 if record.unknown else 1
     cpu_rank = len(needs.cpu_flags) + 1 if record.cpu.runtime_dispatch else len(record.cpu.required_flags)
-    score = (backend_rank, *fit.rank, cpu_rank, *version_key(record.version))
+    score = (backend_rank, recorded, *fit.rank, cpu_rank, *version_key(record.version))
+    if record.unknown:
+        return score, (f"{record.backend} wheel of a plain index, ranked below recorded {record.backend} wheels "
+                       f"(not known until the check here: {', '.join(record.unknown)}); " + "; ".join(reasons))
     return score, f"{record.backend} wheel; " + "; ".join(reasons)
 
 
@@ -152,12 +174,11 @@ def choose(candidates: list[Candidate], needs: MachineNeeds) -> Selection:
     for candidate in candidates:
         score, reason = assess(candidate.record, needs)
         if score is None:
-            verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, False, reason))
+            verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, False, reason))
         else:
             scored.append((score, candidate, reason))
     scored.sort(key=lambda item: item[0], reverse=True)
     for rank, (_, candidate, reason) in enumerate(scored):
         said = "best fit" if rank == 0 else f"fits, ranked {rank + 1}"
-        verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.record.variant, True,
-                                f"{said}: {reason}"))
+        verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, True, f"{said}: {reason}"))
     return Selection([candidate for _, candidate, _ in scored], verdicts)

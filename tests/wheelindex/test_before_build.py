@@ -29,7 +29,7 @@ VOCABULARY = ROOT / "tests" / "data" / "ggml-vocab-llama-spm.gguf"
 @pytest.mark.parametrize(("source", "said"), [
     ("ftp://wheels.example/", r"wheel_index.sources\[0\] = 'ftp://wheels.example/': ftp:// is not an index"),
     ("/nonexistent/wheels", (r"wheel_index.sources\[0\] = '/nonexistent/wheels' is not a folder; give a folder, "
-                             r"http\(s\)://host/path or s3://bucket/prefix")),
+                             r"http\(s\)://host/path, s3://bucket/prefix or upstream")),
     ("", r"wheel_index.sources\[0\] is empty"),
     ("https://", r"wheel_index.sources\[0\] = 'https://' names no host"),
 ])
