@@ -198,6 +198,7 @@ EXPECTED_REMEDIES = {
     "cpu-only-build": lambda r: "-DGGML_CUDA=on" in r.cmake_args_add and r.env_set == {"FORCE_CMAKE": "1"},
     "openmp-conflict": lambda r: r.cmake_args_add == ("-DGGML_OPENMP=OFF",),
     "cpu-amx-fault": lambda r: r.cmake_args_add == ("-DGGML_NATIVE=OFF",),
+    "illegal-instruction": lambda r: r.cmake_args_add == ("-DGGML_NATIVE=OFF",) and len(r.cmake_args_remove) == 1,
     "libcuda-stub-link": lambda r: r.cmake_args_add == ("-DGGML_CUDA_NO_VMM=ON",),
     "mtmd-not-built": lambda r: r.cmake_args_add == ("-DLLAVA_BUILD=ON",),
     "build-requirements-unreachable": lambda r: r.build_isolation is False,

@@ -186,3 +186,57 @@ def test_a_fork_that_renamed_the_multimodal_switch_gets_its_own_name(this_machin
     by_hand = configure(this_machine, load_params(None, ["backend=cpu", "source.kind=path", f"source.path={fork}",
                                                          "build.multimodal=true", "build.cmake_args=['-DMTMD_BUILD=OFF']"]))
     assert by_hand.multimodal is False
+
+
+def cpu_without(this_machine, *flags: str):
+    """This machine's facts with an x86-64 CPU that reports AVX2, FMA and F16C, and none of ``flags``."""
+    import dataclasses as dc
+
+    facts = make_facts(this_machine, gpus=[], driver=NvidiaDriver(False))
+    facts.os = dc.replace(facts.os, machine="x86_64")
+    facts.cpu = dc.replace(facts.cpu, model="a CPU without AVX-512", flags=sorted({"avx", "avx2", "fma", "f16c"} - set(flags)))
+    return facts
+
+
+def test_an_illegal_instruction_is_repaired_by_a_portable_build_without_the_switches_asked_for(this_machine):
+    """Issue 34: a build asked for AVX-512 (or AMX, AVX-VNNI) that the CPU running verify lacks dies by SIGILL;
+    the next attempt builds portable, with every such switch removed, and keeps the rest of the plan."""
+    facts = cpu_without(this_machine)
+    asked = ["-DGGML_NATIVE=OFF", "-DGGML_AVX512=ON", "-DGGML_AVX512_VNNI:BOOL=ON", "-DGGML_AVX512_BF16=1",
+             "-DGGML_AMX_TILE=ON", "-DGGML_AMX_INT8=ON", "-DGGML_AVX_VNNI=ON", "-DGGML_AVX2=ON", "-DGGML_OPENMP=OFF"]
+    plan = configure(facts, load_params(None, ["backend=cpu", f"build.cmake_args=[{', '.join(asked)}]"]))
+    fixed = apply_remedies(plan, [finding("illegal-instruction")], facts)
+    assert fixed is not None and fixed.attempt == 2 and fixed.remedies_applied == ["illegal-instruction"]
+    assert [a for a in fixed.cmake_args if a.startswith(("-DGGML_AVX", "-DGGML_AMX", "-DGGML_NATIVE", "-DGGML_OPENMP"))] \
+        == ["-DGGML_AVX2=ON", "-DGGML_OPENMP=OFF", "-DGGML_NATIVE=OFF"]
+    assert [a for a in fixed.cmake_args if a not in asked] == [a for a in plan.cmake_args if a not in asked]
+    assert fixed.decisions[-1].what == "repair" and fixed.decisions[-1].value == "illegal-instruction"
+    assert "-DGGML_AVX512=ON" in plan.cmake_args  # the failed attempt's plan is untouched
+
+
+def test_an_illegal_instruction_of_a_native_build_is_repaired_by_a_portable_one(this_machine):
+    """A native wheel that crashed where it runs (a VM that reports features it faults on, a wheel copied to an
+    older CPU): portable; a second crash of the portable build changes nothing more, so a person gets the fix."""
+    facts = cpu_without(this_machine)
+    plan = configure(facts, load_params(None, ["backend=cpu"]))
+    assert not any(a.startswith("-DGGML_NATIVE") for a in plan.cmake_args)
+    fixed = apply_remedies(plan, [finding("illegal-instruction")], facts)
+    assert fixed is not None and fixed.cmake_args == [*plan.cmake_args, "-DGGML_NATIVE=OFF"]
+    assert apply_remedies(fixed, [finding("illegal-instruction")], facts) is None
+
+
+def test_a_portable_build_asking_for_cpu_features_this_cpu_lacks_is_warned_about_not_blocked(this_machine):
+    facts = cpu_without(this_machine, "avx512f", "amx_tile")
+    params = ["backend=cpu", "build.cmake_args=[-DGGML_NATIVE=OFF, -DGGML_AVX512=ON, -DGGML_AMX_TILE=on, -DGGML_FMA=ON]"]
+    plan = configure(facts, load_params(None, params))
+    [warning] = [w for w in plan.warnings if w.code == "cpu-features-missing"]
+    assert "-DGGML_AVX512=ON, -DGGML_AMX_TILE=ON compiles code for avx512f, amx_tile" in warning.message
+    assert "a CPU without AVX-512" in warning.message and "illegal-instruction" in warning.message
+    assert plan.blockers == []  # a wheel for another machine is legitimate
+    with_avx512 = dataclasses.replace(facts, cpu=dataclasses.replace(facts.cpu, flags=[*facts.cpu.flags, "avx512f", "amx_tile"]))
+    # the CPU has them; a native build ignores the switches; where detect read no flags nothing is judged
+    for quiet, args in [(with_avx512, params[1]),
+                        (facts, "build.cmake_args=[-DGGML_AVX512=ON]"),
+                        (facts, "build.cmake_args=[-DGGML_NATIVE=OFF, -DGGML_AVX512=OFF, -DGGML_AVX_VNNI=ON]"),
+                        (dataclasses.replace(facts, cpu=dataclasses.replace(facts.cpu, flags=[])), params[1])]:
+        assert "cpu-features-missing" not in configure(quiet, load_params(None, ["backend=cpu", args])).warning_codes()

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from playbook.backends import registry, rpc
 from playbook.backends.base import BackendUnit
-from playbook.backends.plan import BackendInputs, BackendPlan, PlanNotes
+from playbook.backends.plan import BackendInputs, BackendPlan, PlanNotes, defined_value
 from playbook.facts import CudaToolkit, Facts
 from playbook.params import Params
 from playbook.runfolder.folder import Outcome, RunFolder
@@ -37,6 +37,12 @@ from playbook.toolkits.pypi import ToolkitRequest
 
 GIB = 1024
 MTMD_MODULE = "llama_cpp.mtmd_cpp"
+# ggml's x86 switches of a portable build and the CPU flag (as detect reads /proc/cpuinfo) the code they add needs;
+# a switch whose flag detect does not read is not judged.
+CPU_FEATURE_FLAGS = MappingProxyType({"GGML_AVX": "avx", "GGML_AVX2": "avx2", "GGML_FMA": "fma", "GGML_F16C": "f16c",
+                                      "GGML_AVX512": "avx512f", "GGML_AVX512_VNNI": "avx512_vnni",
+                                      "GGML_AMX_TILE": "amx_tile"})
+CMAKE_TRUE = ("ON", "YES", "TRUE", "Y", "1")
 
 
 @dataclass
@@ -225,6 +231,13 @@ class Planner(PlanNotes):
         for arg in self.cmake_args:
             if problem := compatibility.renamed_option_problem(arg):
                 self.warn("renamed-cmake-option", problem)
+        if missing := cpu_features_missing(self.cmake_args, self.facts):
+            # a warning, not a blocker: a wheel for another machine is legitimate
+            self.warn("cpu-features-missing",
+                      f"{', '.join(f'-D{s}=ON' for s, _ in missing)} compiles code for "
+                      f"{', '.join(f for _, f in missing)}, which this CPU ({self.facts.cpu.model}) lacks: the wheel is "
+                      "for another machine, and verify here will likely crash (illegal-instruction, which repair "
+                      "answers with a portable build without them)")
         needs_mtmd = self.symbols_needing_mtmd()
         if needs_mtmd and not multimodal_built(self.cmake_args):
             self.warn("mtmd-left-out", f"-D{MULTIMODAL_OPTION}=OFF leaves libmtmd out, but verify.required_symbols "
@@ -320,6 +333,16 @@ class Planner(PlanNotes):
         studio = self.facts.newest_visual_studio
         plan.shell_commands = shell_lines(plan, studio.dev_shell if studio else "", studio.vcvarsall if studio else "")
         return plan
+
+
+def cpu_features_missing(cmake_args: list[str], facts: Facts) -> list[tuple[str, str]]:
+    """The switches of a portable build (-DGGML_NATIVE=OFF; a native one ignores them) that turn on code for a CPU
+    feature this machine's x86 CPU lacks, each with its flag; none where detect read no CPU flags."""
+    native = (defined_value(cmake_args, "GGML_NATIVE") or "ON").upper() in CMAKE_TRUE
+    if native or not facts.cpu.flags or facts.os.machine.lower() not in ("x86_64", "amd64"):
+        return []
+    return [(switch, flag) for switch, flag in CPU_FEATURE_FLAGS.items()
+            if (defined_value(cmake_args, switch) or "OFF").upper() in CMAKE_TRUE and flag not in facts.cpu.flags]
 
 
 def configure(facts: Facts, params: Params, remembered: list[RememberedRepair] | None = None) -> BuildPlan:
