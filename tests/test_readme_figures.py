@@ -92,8 +92,9 @@ LAST_GATE = "20261129T034250Z-vm"  # H200, the gate's last run before the backen
 REDESIGN_GATE = "20261129T080312Z-vm"  # H200, the gate after the backend redesign (be57af5)
 PLAN_NOTES_GATE = "20261129T082430Z-vm"  # H200, the gate at 63da654
 SWAP_GATE = "20261129T100051Z-vm"  # H200, the gate at 07ee148, before the yardstick experiment with libraries swapped
-NEWEST_GATE = "20261129T105031Z-vm"  # H200, the newest gate (outputs/reference/gpu-acceptance.json), dd78ca3
-INDEX_RUN = REF / "20261129T105031Z-vm.wheel-index-run.log"  # playbook run installing NEWEST_GATE's wheel
+INDEX_GATE = "20261129T105031Z-vm"  # H200, the gate at dd78ca3, whose wheel the index run installed
+NEWEST_GATE = "20261129T112149Z-vm"  # H200, the newest gate (outputs/reference/gpu-acceptance.json), d0150ed
+INDEX_RUN = REF / "20261129T105031Z-vm.wheel-index-run.log"  # playbook run installing INDEX_GATE's wheel
 GAP = REF / "20261129T080312Z-vm.yardstick-gap.json"  # benchmarks/yardstick_gap.py on REDESIGN_GATE's wheel
 BENCH_SWAP = "llama-bench on the wheel's libraries"
 SWAP_GAP = REF / "20261129T100051Z-vm.yardstick-gap.json"  # the same, with llama-bench on the wheel's libraries
@@ -137,6 +138,11 @@ def gap_spread(variant: str, layers: str, test: str, archive: Path = SWAP_GAP) -
 def index_run(pattern: str) -> Callable[[], float]:
     """A number in the terminal of the run that installed the newest gate's wheel from an index."""
     return lambda: float(re.search(pattern, INDEX_RUN.read_text()).group(1))
+
+
+def gate_log_number(run: str, pattern: str) -> Callable[[], float]:
+    """A number in a gate's terminal (outputs/reference/<run>.gate.log)."""
+    return lambda: float(re.search(pattern, (REF / f"{run}.gate.log").read_text()).group(1))
 
 
 def tune_flag_build(key: str) -> Callable[[], float]:
@@ -853,17 +859,28 @@ FIGURES = [
     # docs/measurements.md: the GPU acceptance gate (its last run, outputs/reference/gpu-acceptance.json)
     F(TESTING, "compiles nothing and took {} s here", lambda: float(re.search(r"\(the fast tier\) took\s+(\d+) s",
                                                                             printed(CI_TIME)).group(1)), ".0f"),
-    # the gate at dd78ca3, the round's last, and the index run on its wheel
-    F(MEASURE, "[`20261129T105031Z-vm.gate.log`](../outputs/reference/20261129T105031Z-vm.gate.log)): built on attempt 1 in {} s",
+    # the gate at d0150ed, the round's last
+    F(MEASURE, "[`20261129T112149Z-vm.gate.log`](../outputs/reference/20261129T112149Z-vm.gate.log)): built on attempt 1 in {} s",
       build(NEWEST_GATE, 1, "duration_s"), ".0f"),
-    F(MEASURE, "269 s,\nverify ok in {} s, token generation 919.9", step_s(NEWEST_GATE, "verify"), ".0f"),
-    F(MEASURE, "token generation {} t/s with all 17 layers. Its wheel", point(NEWEST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "verify ok in {} s, token generation 830.5", step_s(NEWEST_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation {} t/s with all 17 layers. The chain", point(NEWEST_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
+    F(MEASURE, "The chain took {} s of the gate's", gate_log_number(NEWEST_GATE, r"playbook run: exit status 0 after (\d+) s"), ".0f"),
+    F(MEASURE, "(build {}–", build(SWAP_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "(build 268–{} s, verify", build(NEWEST_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "of the gate's {} s limit", lambda: float(re.search(r'ACCEPTANCE_LIMIT_S:-(\d+)', (ROOT / "scripts" / "gpu-acceptance.sh").read_text()).group(1)), ".0f"),
+    F(MEASURE, "s, verify {}–184 s between", step_s(SWAP_GATE, "verify"), ".0f"),
+    F(MEASURE, "s, verify 161–{} s between", step_s(NEWEST_GATE, "verify"), ".0f"),
+    # the gate at dd78ca3, and the index run on its wheel
+    F(MEASURE, "[`20261129T105031Z-vm.gate.log`](../outputs/reference/20261129T105031Z-vm.gate.log)): built on attempt 1 in {} s",
+      build(INDEX_GATE, 1, "duration_s"), ".0f"),
+    F(MEASURE, "269 s,\nverify ok in {} s, token generation 919.9", step_s(INDEX_GATE, "verify"), ".0f"),
+    F(MEASURE, "token generation {} t/s with all 17 layers. Its wheel", point(INDEX_GATE, 1, 17, "tg_tokens_per_s"), ".1f"),
     F(WHEEL_INDEX_PAGE, "its check passed in {} s, the step", index_run(r"its check passed in (\d+) s"), ".0f"),
     F(WHEEL_INDEX_PAGE, "the step took {} s,\nverify", index_run(r"build \(attempt 1\)\s+reused\s+([\d.]+) s"), ".1f"),
     F(WHEEL_INDEX_PAGE, "verify passed in {} s with token", index_run(r"verify \(attempt 1\)\s+ok\s+([\d.]+) s"), ".1f"),
     F(WHEEL_INDEX_PAGE, "token generation at {} t/s with all 17", index_run(r"token generation ([\d.]+) t/s at n_gpu_layers=17"), ".1f"),
     F(WHEEL_INDEX_PAGE, "the whole run took {} s", index_run(r"run exit 0 after (\d+) s"), ".0f"),
-    F(WHEEL_INDEX_PAGE, "needs the wheel ({} MB)", lambda: _json(REF / NEWEST_GATE / "build-attempt-1.json")["wheel"]["size_bytes"] / 1e6, ".1f"),
+    F(WHEEL_INDEX_PAGE, "needs the wheel ({} MB)", lambda: _json(REF / INDEX_GATE / "build-attempt-1.json")["wheel"]["size_bytes"] / 1e6, ".1f"),
     # the gate at 07ee148 and the experiment with the libraries swapped
     F(MEASURE, "[`20261129T100051Z-vm.gate.log`](../outputs/reference/20261129T100051Z-vm.gate.log)): built on attempt 1 in {} s",
       build(SWAP_GATE, 1, "duration_s"), ".0f"),
