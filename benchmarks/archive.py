@@ -40,6 +40,10 @@ _BUILD = ("benchmarks/build_speed.py", "playbook/steps/", "playbook/backends/", 
 INPUTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "diagnose-speed-cpu-vm.txt": (
         "python benchmarks/diagnose_speed.py", ("benchmarks/diagnose_speed.py", *_DIAGNOSIS)),
+    # read once, at the end of a round (issue 33): never re-run per round; a new round freezes a new part
+    "diagnosis-frozen-cpu-vm.txt": (
+        "python -m playbook.knowledge.evaluation --part frozen",
+        (*_DIAGNOSIS, "tests/data/corpus/frozen/")),
     "similarity-loto-cpu-vm.txt": (
         "python benchmarks/similarity_loto.py", ("benchmarks/similarity_loto.py", *_DIAGNOSIS)),
     "pypi-toolkit-cpu-vm.txt": (
