@@ -145,6 +145,25 @@ def gate_log_number(run: str, pattern: str) -> Callable[[], float]:
     return lambda: float(re.search(pattern, (REF / f"{run}.gate.log").read_text()).group(1))
 
 
+def test_part_total(column: int) -> Callable[[], float]:
+    """The old test part's "all failures" row in docs/knowledge-base.md's corpus tables (that excerpt is itself
+    checked against the evaluation, EXCERPTS below): its N-th cell."""
+    def read() -> float:
+        text = (ROOT / KB).read_text()
+        row = next(line for line in text[text.index("| family (test)"):].splitlines() if "**all failures**" in line)
+        return float(row.split("|")[1 + column].strip())
+    return read
+
+
+def frozen_reading(family: str, column: int) -> Callable[[], float]:
+    """The frozen part's one archived reading: a family's row (or "all failures"), its N-th cell as a number."""
+    def read() -> float:
+        row = next(line for line in printed("diagnosis-frozen-cpu-vm.txt").splitlines()
+                   if line.startswith("|") and family in line.split("|")[1])
+        return float(row.split("|")[1 + column].strip().rstrip("%"))
+    return read
+
+
 def tune_flag_build(key: str) -> Callable[[], float]:
     def read() -> float:
         return float(json.loads((REF / FLAG_TUNE / "tune-attempt-1.json").read_text())["flag_builds"][0][key])
@@ -991,6 +1010,19 @@ FIGURES = [
     F(WHEEL_INDEX_PAGE, "against {} s for the cold build", wheel_index_case("a"), ".1f"),
     F(WHEEL_INDEX_PAGE, "((b) / (a) = {})", wheel_index_case("b", "ratio"), ".3f"),
     F(KB, "the lines that hold it. A {} MB build log takes seconds", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
+    F(README, "wrong; {} of 455 of the older", test_part_total(2), ".0f"),
+    F(README, "wrong; 402 of {} of the older", test_part_total(1), ".0f"),
+    F(README, "public logs: {} of 45 logs nobody", frozen_reading("all failures", 2), ".0f"),
+    F(README, "public logs: 43 of {} logs nobody", frozen_reading("all failures", 1), ".0f"),
+    F(README, "read\n  once), {} of them wrong", frozen_reading("all failures", 4), ".0f"),
+    F(KB, "): {} of 45\nfailure logs named right", frozen_reading("all failures", 2), ".0f"),
+    F(KB, "43 of {}\nfailure logs named right", frozen_reading("all failures", 1), ".0f"),
+    F(KB, "named right ({}%)", frozen_reading("all failures", 3), ".0f"),
+    F(KB, "named right (96%), {} named wrong", frozen_reading("all failures", 4), ".0f"),
+    F(KB, "named wrong ({}%), precision", frozen_reading("all failures", 5), ".1f"),
+    F(KB, "precision {}%. Every family", frozen_reading("all failures", 6), ".1f"),
+    F(KB, "`cublas-cccl` named {} of 5", frozen_reading("cublas-cccl", 2), ".0f"),
+    F(KB, "`cublas-cccl` named 3 of {}", frozen_reading("cublas-cccl", 1), ".0f"),
     F(KB, "this stage alone names {} of 1309 train logs rightly", similarity_stage(1)),
     F(KB, "this stage alone names 615 of {} train logs rightly", similarity_stage(2)),
     F(KB, "rightly, {} of them logs that only seem", similarity_stage(3)),
