@@ -145,7 +145,7 @@ def gate_log_number(run: str, pattern: str) -> Callable[[], float]:
     return lambda: float(re.search(pattern, (REF / f"{run}.gate.log").read_text()).group(1))
 
 
-def test_part_total(column: int) -> Callable[[], float]:
+def old_test_part_total(column: int) -> Callable[[], float]:
     """The old test part's "all failures" row in docs/knowledge-base.md's corpus tables (that excerpt is itself
     checked against the evaluation, EXCERPTS below): its N-th cell."""
     def read() -> float:
@@ -1010,8 +1010,8 @@ FIGURES = [
     F(WHEEL_INDEX_PAGE, "against {} s for the cold build", wheel_index_case("a"), ".1f"),
     F(WHEEL_INDEX_PAGE, "((b) / (a) = {})", wheel_index_case("b", "ratio"), ".3f"),
     F(KB, "the lines that hold it. A {} MB build log takes seconds", diagnose_speed("diagnose on a ([\\d.]+) MB"), ".0f"),
-    F(README, "wrong; {} of 455 of the older", test_part_total(2), ".0f"),
-    F(README, "wrong; 402 of {} of the older", test_part_total(1), ".0f"),
+    F(README, "wrong; {} of 455 of the older", old_test_part_total(2), ".0f"),
+    F(README, "wrong; 402 of {} of the older", old_test_part_total(1), ".0f"),
     F(README, "public logs: {} of 45 logs nobody", frozen_reading("all failures", 2), ".0f"),
     F(README, "public logs: 43 of {} logs nobody", frozen_reading("all failures", 1), ".0f"),
     F(README, "read\n  once), {} of them wrong", frozen_reading("all failures", 4), ".0f"),
