@@ -185,9 +185,14 @@ def test_a_plain_index_whose_folder_names_no_backend_is_skipped_saying_so(tmp_pa
 @pytest.mark.skipif(os.environ.get("PLAYBOOK_NETWORK_TESTS") != "1",
                     reason="reads llama-cpp-python's own index; set PLAYBOOK_NETWORK_TESTS=1")
 def test_the_real_upstream_cpu_index_is_listed():
-    """Read-only: upstream's project page, its links to the GitHub release assets, the backend from the folder."""
+    """Read-only: upstream's project page, its links to the GitHub release assets, the backend from the folder.
+    Upstream is read "where it can be reached" (issue 32): a machine whose network reaches a package index but not
+    upstream's host (this project's CI VM resolves no github.io name) skips it, saying so."""
     source = f"{upstream.UPSTREAM_URL}/cpu"
-    found = upstream.candidates(wheel_index.open_store(source), source)
+    try:
+        found = upstream.candidates(wheel_index.open_store(source), source)
+    except wheel_index.Unreachable as error:
+        pytest.skip(f"upstream's index cannot be reached from here: {error}")
     assert len(found) > 10
     assert all(c.record.backend == "cpu" and "CPU features" in c.record.unknown for c in found)
     assert all(c.url.startswith("https://github.com/abetlen/llama-cpp-python/releases/download/") for c in found)
