@@ -74,15 +74,15 @@ def build_or_install(run: RunFolder, attempt: int, on_progress: ProgressCallback
     facts = run.read(Facts, layout.detect_facts)
     version = params.source.version if params.source.kind == "sdist" else ""
     needs = needs_from_facts(facts, accepted_tags(sys.executable), plan.backend, version)
-    found = search(facts, params, choice.sources, needs, lambda line: print(f"wheel index: {line}"))
-    choice.skipped_sources, choice.backends, choice.verdicts = found.skipped_sources, needs.backends, found.verdicts
+    searched = search(facts, params, choice.sources, needs, lambda line: print(f"wheel index: {line}"))
+    choice.skipped_sources, choice.backends, choice.verdicts = searched.skipped_sources, needs.backends, searched.verdicts
     choice.duration_s = round(time.monotonic() - started, 2)
-    if found.found is None:
-        choice.built_because = found.why_none()
+    if searched.found is None:
+        choice.built_because = searched.why_none()
         run.write(choice, layout.wheel_choice(attempt))
         print(f"wheel index: {choice.built_because}; building")
         return build_step(run, attempt, on_progress, index_note=choice.built_because)
-    taken = found.found
+    taken = searched.found
     choice.taken = taken.candidate.record.variant
     run.write(choice, layout.wheel_choice(attempt))
     record = taken.candidate.record

@@ -25,6 +25,7 @@ import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -279,17 +280,31 @@ def fetch_wheel(store: Store, record: WheelRecord, folder: Path) -> Path:
     if target.is_file() and sha256_of(target) == record.sha256:
         return target
     expected = listed_sha256(store, record) or record.sha256
+
+    def refusal(got: str) -> str:
+        if got == expected and got == record.sha256:
+            return ""
+        return (f"{store.url(wheel_path(record))}: sha256 {got}, its index entry says {expected}"
+                + (f" and its record {record.sha256}" if expected != record.sha256 else ""))
+
+    download_whole(store, wheel_path(record), target, refusal)
+    return target
+
+
+def download_whole(store: Store, path: str, target: Path, refusal: Callable[[str], str]) -> str:
+    """``path`` of ``store`` downloaded to a temporary name beside ``target``, its sha256 given to ``refusal`` (the
+    reason to refuse it, "" to keep it), then renamed to ``target``: an interrupted or refused download leaves no
+    file of that name (:class:`DigestMismatch` when refused). Returns its sha256."""
     partial = temporary_name(target)
     try:
-        store.download(wheel_path(record), partial)
+        store.download(path, partial)
         got = sha256_of(partial)
-        if got != expected or got != record.sha256:
-            raise DigestMismatch(f"{store.url(wheel_path(record))}: sha256 {got}, its index entry says {expected}"
-                                 + (f" and its record {record.sha256}" if expected != record.sha256 else ""))
+        if reason := refusal(got):
+            raise DigestMismatch(reason)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
-    return target
+    return got
 
 
 def fetch_vocabulary(store: Store, folder: Path) -> Path | None:

@@ -237,26 +237,24 @@ def search(facts: Facts, params, sources: list[str], needs: MachineNeeds, log: L
     sources = upstream.expand(sources, needs, params.wheel_index.upstream_url)
     candidates, skipped = gather(sources, log)
     selection = choose(candidates, needs)
-    found = Search(needs, sources, skipped, list(selection.verdicts))
+    outcome = Search(needs, sources, skipped, list(selection.verdicts))
     log_verdicts(selection.verdicts, log)
     for candidate in selection.ranked:
         try:
             taken = fetch_and_check(candidate, facts, params, check, log)
         except wheel_index.IndexError_ as error:
-            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, False,
-                                          f"refused and skipped: {error}"))
+            outcome.verdicts.append(candidate.verdict(False, f"refused and skipped: {error}"))
             log(f"refused {candidate.label}: {error}")
             continue
         if taken.check is not None and not taken.check.ok:
-            found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, False,
-                                          f"failed its check here: {taken.check.summary} (see {taken.check.folder})"))
+            outcome.verdicts.append(candidate.verdict(
+                False, f"failed its check here: {taken.check.summary} (see {taken.check.folder})"))
             continue
-        found.verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, True,
-                                      "taken: " + (f"passed its check here in {taken.check.duration_s:.1f} s"
-                                                   if taken.check else "not checked (check off)")))
-        found.found = taken
-        return found
-    return found
+        outcome.verdicts.append(candidate.verdict(True, "taken: " + (
+            f"passed its check here in {taken.check.duration_s:.1f} s" if taken.check else "not checked (check off)")))
+        outcome.found = taken
+        return outcome
+    return outcome
 
 
 REJECTIONS_LOGGED = 8  # per index: a plain index lists every version for every Python; install.json keeps them all
@@ -319,10 +317,10 @@ def install(request: InstallRequest, log: Log = print) -> InstallRecord:
     needs = needs_from_facts(request.facts, accepted_tags(python), params.backend,  # type: ignore[attr-defined]
                              params.source.version if params.source.kind == "sdist" else "")  # type: ignore[attr-defined]
     local_index(cache_dir).mkdir(parents=True, exist_ok=True)
-    found = search(request.facts, params, sources_of(params, request.sources), needs, log, request.check)
-    record = InstallRecord(needs, found.sources, found.skipped_sources, found.verdicts)
-    if found.found is not None:
-        _install_found(found.found, python, record, cache_dir, log)
+    searched = search(request.facts, params, sources_of(params, request.sources), needs, log, request.check)
+    record = InstallRecord(needs, searched.sources, searched.skipped_sources, searched.verdicts)
+    if searched.found is not None:
+        _install_found(searched.found, python, record, cache_dir, log)
         record.duration_s = round(time.monotonic() - started, 2)
         _write_record(record, cache_dir)
         return record

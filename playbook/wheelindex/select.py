@@ -95,6 +95,10 @@ class Candidate:
         """How verdicts name it: its variant, or for a wheel of a plain index (many in one folder) its file name."""
         return self.record.wheel if self.url else self.record.variant
 
+    def verdict(self, accepted: bool, reason: str) -> Verdict:
+        """What was decided about this candidate, as the record of a choice keeps it."""
+        return Verdict(self.source, self.record.wheel, self.label, accepted, reason)
+
 
 def needs_from_facts(facts: Facts, tags: list[str], backend: str = "auto", version: str = "") -> MachineNeeds:
     """What this machine can run, from detect's facts (``backend``: the parameter; ``auto`` allows every backend
@@ -174,11 +178,11 @@ def choose(candidates: list[Candidate], needs: MachineNeeds) -> Selection:
     for candidate in candidates:
         score, reason = assess(candidate.record, needs)
         if score is None:
-            verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, False, reason))
+            verdicts.append(candidate.verdict(False, reason))
         else:
             scored.append((score, candidate, reason))
     scored.sort(key=lambda item: item[0], reverse=True)
     for rank, (_, candidate, reason) in enumerate(scored):
         said = "best fit" if rank == 0 else f"fits, ranked {rank + 1}"
-        verdicts.append(Verdict(candidate.source, candidate.record.wheel, candidate.label, True, f"{said}: {reason}"))
+        verdicts.append(candidate.verdict(True, f"{said}: {reason}"))
     return Selection([candidate for _, candidate, _ in scored], verdicts)

@@ -27,14 +27,13 @@ the newest release upstream publishes that the driver supports).
 from __future__ import annotations
 
 import html
-import os
 import re
 import urllib.parse
 from pathlib import Path
 
 from playbook.backends import registry
 from playbook.errors import PlaybookError
-from playbook.files import sha256_of, temporary_name
+from playbook.files import sha256_of
 from playbook.params import UPSTREAM_WORD, WheelIndexParams
 from playbook.wheelindex import index as wheel_index
 from playbook.wheelindex.metadata import CPU_FEATURES, PROJECT, CpuTarget, VerifiedFigures, WheelRecord, wheel_tags
@@ -158,14 +157,8 @@ def fetch(candidate: Candidate, folder: Path) -> tuple[Path, str]:
     if record.sha256 and target.is_file() and sha256_of(target) == record.sha256:
         return target, record.sha256
     where, _, name = candidate.url.rpartition("/")
-    store = wheel_index.open_store(where)
-    partial = temporary_name(target)
-    try:
-        store.download(urllib.parse.unquote(name), partial)
-        got = sha256_of(partial)
-        if record.sha256 and got != record.sha256:
-            raise wheel_index.DigestMismatch(f"{candidate.url}: sha256 {got}, its index entry says {record.sha256}")
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    got = wheel_index.download_whole(
+        wheel_index.open_store(where), urllib.parse.unquote(name), target,
+        lambda got: f"{candidate.url}: sha256 {got}, its index entry says {record.sha256}"
+        if record.sha256 and got != record.sha256 else "")
     return target, got
