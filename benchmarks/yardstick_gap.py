@@ -242,7 +242,7 @@ def resolved_libraries(binary: str, env: dict[str, str]) -> dict[str, str]:
     found = {}
     for line in proc.stdout.splitlines():
         name, _, rest = line.strip().partition(" => ")
-        if name.startswith(("libllama", "libggml")) or Path(name).name.startswith(("libllama", "libggml")):
+        if Path(name).name.startswith(("libllama", "libggml")):
             found[Path(name).name] = rest.split(" (")[0].strip() if rest else name.split(" (")[0]
     return found
 
@@ -395,7 +395,7 @@ class Layer:
         outside = self.samples.get("low-level", {}).get(self.ngl, {}).get("tg", {}).get("python_ms_per_token")
         if bench is None or lean is None:
             return []
-        python_side = self.libraries("tg") + ([Component(
+        shared_parts = self.libraries("tg") + ([Component(
             "Python side of the lean loop (its time outside llama_decode/llama_synchronize)",
             statistics.median(outside))] if outside else [])
         gaps = []
@@ -403,7 +403,7 @@ class Layer:
             own = self.t(variant, "tg")
             if own is None:
                 continue
-            parts = list(python_side)
+            parts = list(shared_parts)
             if variant == "Llama.generate" and eval_ is not None:
                 parts += [Component("Llama.eval's own work per token against the lean loop", eval_ - lean),
                           Component("sampling and generate's loop (Llama.generate against Llama.eval)", own - eval_)]
